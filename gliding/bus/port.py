@@ -1,0 +1,169 @@
+"""The bus port: what every backend offers, and MQTT topic rules as pure functions.
+
+Topics are ``/``-separated levels (``gliding/job/j1/agent/DA``). Subscriptions take MQTT topic
+filters: ``+`` matches exactly one level, ``#`` (last level only) matches the parent level and
+everything below it; topics starting with ``$`` are not matched by a filter starting with a
+wildcard. The rules are those of MQTT 3.1.1 section 4.7, so the in-process and MQTT backends route
+identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import NamedTuple, Protocol
+
+from gliding.bus.messages import BusMessage
+from gliding.errors import BusError
+
+MAX_TOPIC_BYTES = 65535
+
+
+class Delivery(NamedTuple):
+    """One received message and the topic it was published on; unpacks as ``topic, message``."""
+
+    topic: str
+    message: BusMessage
+
+
+class Subscription(Protocol):
+    """The receiving end of one subscription; valid inside its ``subscribe`` context.
+
+    Iterating yields deliveries in publish order until the bus closes (buffered deliveries are
+    still yielded first).
+    """
+
+    @property
+    def pattern(self) -> str:
+        """The topic filter this subscription was made with."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[Delivery]: ...
+
+    async def __anext__(self) -> Delivery:
+        """The next delivery.
+
+        Raises:
+            StopAsyncIteration: the bus was closed and every buffered delivery was taken.
+            BusError: the subscription's context has been left (it was unsubscribed).
+        """
+        ...
+
+    async def receive(self) -> Delivery:
+        """Wait for the next delivery.
+
+        Raises:
+            BusError: the bus was closed and every buffered delivery was taken, or the
+                subscription's context has been left (it was unsubscribed).
+        """
+        ...
+
+
+class Bus(Protocol):
+    """Typed messages on topics. Backends: ``inproc.InProcessBus`` (and MQTT, later).
+
+    Guarantees every backend keeps (checked by ``tests/bus/contract.py``):
+        * a subscription receives every message published on a matching topic after its
+          ``subscribe`` context was entered and before it was left, each exactly once;
+        * messages from one publisher arrive in publish order: if ``publish(a)`` returned before
+          ``publish(b)`` was called, every subscriber that receives both receives ``a`` first;
+        * subscribers are isolated: each has its own buffer and gets its own copy of the stream;
+        * a message arrives as the class it was sent as (``type`` discriminates it);
+        * a message published when no subscription matches is dropped, not kept for later.
+    """
+
+    async def publish(self, topic: str, message: BusMessage) -> None:
+        """Send ``message`` to every subscription whose filter matches ``topic``.
+
+        Raises:
+            BusError: the bus is closed (or closed while this call waited); ``topic`` is empty,
+                too long, or contains a wildcard; ``message`` is not a bus message.
+        """
+        ...
+
+    def subscribe(
+        self, pattern: str, *, max_buffer: int = 100
+    ) -> AbstractAsyncContextManager[Subscription]:
+        """Subscribe to the topic filter ``pattern`` for the duration of the context.
+
+        ``max_buffer`` bounds the deliveries held for this subscriber; what happens when it is
+        full is backend policy (the in-process bus makes publishers wait).
+
+        Raises (on entering the context):
+            BusError: the bus is closed; ``pattern`` is not a valid topic filter;
+                ``max_buffer`` is below 1.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close the bus: publishing fails from now on and subscriptions end after their
+        buffered deliveries. Closing twice is harmless. Raises nothing."""
+        ...
+
+
+def check_topic(topic: str) -> str:
+    """Return ``topic`` if messages may be published on it.
+
+    Raises:
+        BusError: it is empty, too long, contains NUL, ``+`` or ``#``.
+    """
+    _check_common(topic, "topic")
+    if "+" in topic or "#" in topic:
+        raise BusError(
+            f"cannot publish on {topic!r}: wildcards '+' and '#' are for subscriptions only",
+            hint="publish on a concrete topic such as gliding/job/<job>/events",
+        )
+    return topic
+
+
+def check_pattern(pattern: str) -> str:
+    """Return ``pattern`` if it is a valid topic filter.
+
+    Raises:
+        BusError: it is empty, too long, contains NUL, or uses ``+``/``#`` inside a level, or
+            ``#`` anywhere but the last level.
+    """
+    _check_common(pattern, "topic filter")
+    levels = pattern.split("/")
+    for i, level in enumerate(levels):
+        if level in ("+", "#"):
+            if level == "#" and i != len(levels) - 1:
+                raise BusError(
+                    f"bad topic filter {pattern!r}: '#' must be the last level",
+                    hint="e.g. gliding/job/+/events or gliding/job/j1/#",
+                )
+        elif "+" in level or "#" in level:
+            raise BusError(
+                f"bad topic filter {pattern!r}: a wildcard must fill a whole level",
+                hint="write a/+/c, not a/b+/c",
+            )
+    return pattern
+
+
+def topic_matches(pattern: str, topic: str) -> bool:
+    """Whether the topic filter ``pattern`` matches the publish topic ``topic`` (MQTT rules).
+
+    Raises:
+        BusError: ``pattern`` is not a valid filter or ``topic`` not a valid publish topic.
+    """
+    filter_levels = check_pattern(pattern).split("/")
+    topic_levels = check_topic(topic).split("/")
+    if topic.startswith("$") and filter_levels[0] in ("+", "#"):
+        return False
+    for i, level in enumerate(filter_levels):
+        if level == "#":
+            return True
+        if i >= len(topic_levels):
+            return False
+        if level != "+" and level != topic_levels[i]:
+            return False
+    return len(filter_levels) == len(topic_levels)
+
+
+def _check_common(text: str, what: str) -> None:
+    if not isinstance(text, str) or not text:
+        raise BusError(f"empty or non-text {what}: {text!r}")
+    if "\x00" in text:
+        raise BusError(f"{what} {text!r} contains a NUL character")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_TOPIC_BYTES:
+        raise BusError(f"{what} is longer than {MAX_TOPIC_BYTES} bytes")

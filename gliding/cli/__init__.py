@@ -1,0 +1,1 @@
+"""The typer CLI: the only place that configures logging or prints."""

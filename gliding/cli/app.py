@@ -1,0 +1,141 @@
+"""``gliding``: run a task file, show the configuration, read archived items back.
+
+Heavy modules (the runtime, litellm, llama.cpp) are imported inside the commands so that
+``gliding --help`` stays instant. Errors become one message on stderr and an exit code:
+2 for bad input (task file, config, IRI), 3 for something not found, 1 for a failed job.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gliding import __version__
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Gliding: run teams of LLM agents (Plan, Do, Check, Act) on a task.")
+config_app = typer.Typer(no_args_is_help=True, help="Inspect the configuration.")
+memory_app = typer.Typer(no_args_is_help=True, help="Read the archive (L0) back.")
+app.add_typer(config_app, name="config")
+app.add_typer(memory_app, name="memory")
+
+_state: dict[str, Any] = {"config": None}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gliding {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    config: Path | None = typer.Option(None, "--config", "-c", help="config.yaml to use "
+                                       "(default: $GLIDING_CONFIG, else ./config.yaml)"),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    _state["config"] = config
+
+
+def _settings(overrides: dict[str, Any] | None = None) -> Any:
+    from gliding.cli.logs import configure_logging
+    from gliding.config.loader import load_settings
+
+    settings = load_settings(_state["config"], overrides=overrides or {})
+    configure_logging(settings.log_level, settings.log_format)
+    return settings
+
+
+def _fail(exc: Exception) -> None:
+    from gliding.errors import GlidingError
+
+    if isinstance(exc, GlidingError):
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code)
+    raise exc
+
+
+@app.command()
+def run(
+    task: Path = typer.Argument(..., help="The task file (task.yaml)."),
+    model: str | None = typer.Option(None, "--model", "-m",
+                                     help="Model: local, local:/path.gguf or a litellm string."),
+    json_out: bool = typer.Option(False, "--json", help="Print the final report as JSON."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where job archives go."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
+) -> None:
+    """Run a task through the agent team and print the report."""
+    from gliding.errors import GlidingError
+
+    try:
+        import anyio
+
+        from gliding.cli.render import progress_line, report_dict, report_text
+        from gliding.config.task import load_task
+        from gliding.daemon.compose import run_job
+
+        overrides = {"data_dir": str(data_dir)} if data_dir else {}
+        settings = _settings(overrides)
+        spec = load_task(task)
+
+        def show(event: Any) -> None:
+            line = None if quiet else progress_line(event)
+            if line:
+                typer.echo(line, err=True)
+
+        handle = anyio.run(lambda: run_job(spec, settings, model=model, on_event=show))
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    data = report_dict(handle.report, archive=str(handle.archive), model=handle.model)
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if json_out else report_text(data))
+    raise typer.Exit(0 if handle.report.outcome == "success" else 1)
+
+
+@config_app.command("show")
+def config_show() -> None:
+    """Print the effective configuration (defaults < config.yaml < GLIDING_* env)."""
+    from gliding.config.loader import settings_as_yaml
+    from gliding.errors import GlidingError
+
+    try:
+        typer.echo(settings_as_yaml(_settings()), nl=False)
+    except GlidingError as exc:
+        _fail(exc)
+
+
+@memory_app.command("show")
+def memory_show(
+    iri: str = typer.Argument(..., help="gliding://job/<job>/..."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where job archives are."),
+    meta: bool = typer.Option(False, "--meta", help="Print the entry's metadata, not content."),
+) -> None:
+    """Print an archived item back, byte-exact."""
+    from gliding.errors import GlidingError
+    from gliding.memory.archive import open_for_iri
+
+    try:
+        settings = _settings({"data_dir": str(data_dir)} if data_dir else {})
+        archive, parsed = open_for_iri(settings.data_dir, iri)
+        with archive:
+            item = archive.get(str(parsed))
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    if meta:
+        typer.echo(json.dumps({"iri": item.iri, "kind": item.kind, "sha256": item.sha256,
+                               "size": item.size, "media_type": item.media_type,
+                               "created_at": item.created_at, "meta": item.meta}, indent=2))
+        return
+    assert item.content is not None
+    sys.stdout.buffer.write(item.content)
+    sys.stdout.buffer.flush()
+
+
+def main() -> None:
+    app()

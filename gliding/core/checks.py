@@ -1,0 +1,52 @@
+"""Success checks of a task and their results: plain values, run by ``gliding.tools.checks``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class FileExists:
+    path: str
+    kind: Literal["file_exists"] = "file_exists"
+
+    def describe(self) -> str:
+        return f"file {self.path} exists"
+
+
+@dataclass(frozen=True)
+class FileContains:
+    path: str
+    text: str
+    kind: Literal["file_contains"] = "file_contains"
+
+    def describe(self) -> str:
+        return f"file {self.path} contains {self.text!r}"
+
+
+@dataclass(frozen=True)
+class CommandSucceeds:
+    command: str
+    timeout_s: float = 60.0
+    kind: Literal["command"] = "command"
+
+    def describe(self) -> str:
+        return f"command `{self.command}` exits 0"
+
+
+Check = FileExists | FileContains | CommandSucceeds
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict on one check with the evidence it rests on (file excerpt, exit code, output)."""
+
+    check: Check
+    passed: bool
+    evidence: str
+    expected: str | None = None
+
+    @property
+    def status(self) -> str:
+        return "pass" if self.passed else "fail"

@@ -1,0 +1,90 @@
+"""Gliding IRIs: how every archived item is addressed, e.g. ``gliding://job/<job>/turn/DA/3``.
+
+Forms:
+    gliding://job/<job>                         the job itself
+    gliding://job/<job>/turn/<role>/<n>         one full LLM turn of one role
+    gliding://job/<job>/result/<call>           one tool result
+    gliding://job/<job>/artifact/<path>         a file a job produced (path inside the workspace)
+    gliding://job/<job>/<kind>/<name>           any other archived record (plan, check, decision)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from gliding.errors import IRIError
+
+SCHEME = "gliding://"
+_JOB_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
+_KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_SEGMENT_RE = re.compile(r"^[A-Za-z0-9_.~%-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class IRI:
+    """A parsed Gliding IRI; ``str(iri)`` gives the canonical text back."""
+
+    job: str
+    kind: str | None = None
+    parts: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        text = f"{SCHEME}job/{self.job}"
+        if self.kind:
+            text += "/" + self.kind + "".join("/" + quote(p, safe="") for p in self.parts)
+        return text
+
+
+def job_iri(job: str) -> IRI:
+    return IRI(_check_job(job))
+
+
+def turn_iri(job: str, role: str, n: int) -> IRI:
+    return IRI(_check_job(job), "turn", (role, str(n)))
+
+
+def result_iri(job: str, call: str) -> IRI:
+    return IRI(_check_job(job), "result", (call,))
+
+
+def record_iri(job: str, kind: str, *names: str) -> IRI:
+    if not _KIND_RE.match(kind):
+        raise IRIError(f"bad IRI kind {kind!r}", hint="kinds are lower-case words")
+    return IRI(_check_job(job), kind, tuple(names))
+
+
+def parse_iri(text: str) -> IRI:
+    """Parse ``text`` or raise IRIError saying what is wrong with it."""
+    if not isinstance(text, str) or not text.startswith(SCHEME):
+        raise IRIError(
+            f"not a Gliding IRI: {text!r}",
+            hint="IRIs look like gliding://job/<job>/result/<call>",
+        )
+    rest = text[len(SCHEME) :]
+    segments = rest.split("/")
+    if len(segments) < 2 or segments[0] != "job":
+        raise IRIError(f"not a Gliding IRI: {text!r}", hint="expected gliding://job/<job>/...")
+    job = _check_job(segments[1])
+    if len(segments) == 2:
+        return IRI(job)
+    kind = segments[2]
+    if not _KIND_RE.match(kind):
+        raise IRIError(f"bad kind {kind!r} in IRI {text!r}")
+    parts = segments[3:]
+    if not parts:
+        raise IRIError(f"IRI {text!r} names a kind but no item")
+    for part in parts:
+        if not _SEGMENT_RE.match(part):
+            raise IRIError(f"bad segment {part!r} in IRI {text!r}")
+    return IRI(job, kind, tuple(unquote(p) for p in parts))
+
+
+def _check_job(job: str) -> str:
+    if not _JOB_RE.match(job):
+        raise IRIError(
+            f"bad job id {job!r}",
+            hint="job ids are letters, digits, '.', '_' and '-' (at most 80)",
+        )
+    return job

@@ -1,0 +1,83 @@
+"""Wire one job: pick the model backend, open the job's L0 archive, start an in-process bus,
+load the roles and tool groups, run the supervisor, and stream progress events to a callback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from gliding.agents.roles import load_roles
+from gliding.bus.inproc import InProcessBus
+from gliding.bus.messages import JobEvent
+from gliding.config.settings import Settings
+from gliding.config.task import Task
+from gliding.core.budget import Limits
+from gliding.core.clock import Clock, SystemClock
+from gliding.core.ids import new_job_id
+from gliding.errors import UsageError
+from gliding.llm.port import LLM, backend_kind
+from gliding.memory.archive import Archive, archive_path
+from gliding.scheduler.runner import JobReport, JobRunner, JobSpec
+from gliding.tools.base import ToolGroupManager, builtin_groups
+
+
+def build_llm(model: str, settings: Settings) -> LLM:
+    """The backend a model string names: ``local``, ``local:<gguf>`` or a litellm string."""
+    kind = backend_kind(model)
+    if kind == "local":
+        from gliding.llm.local import LocalLLM
+
+        path = Path(model.split(":", 1)[1]).expanduser() if ":" in model else None
+        return LocalLLM(settings.llm.local, path)
+    if kind == "scripted":
+        raise UsageError("the scripted model exists for tests only",
+                         hint="pass a ScriptedLLM to run_job(llm=...)")
+    from gliding.llm.hosted import HostedLLM
+
+    return HostedLLM(model, timeout_s=settings.llm.timeout_s)
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    report: JobReport
+    archive: Path
+    model: str
+
+
+async def run_job(task: Task, settings: Settings, *, model: str | None = None,
+                  llm: LLM | None = None, on_event: Callable[[JobEvent], None] | None = None,
+                  clock: Clock | None = None, job_id: str | None = None) -> JobHandle:
+    """Run ``task`` to its outcome. Model precedence: ``llm`` > ``model`` > task > settings."""
+    chosen = model or task.model or settings.llm.model
+    backend = llm or build_llm(chosen, settings)
+    roles = load_roles()
+    clock = clock or SystemClock()
+    job = job_id or new_job_id(clock.now())
+    task.workspace.mkdir(parents=True, exist_ok=True)
+    spec = JobSpec(job=job, goal=task.goal, workspace=task.workspace.resolve(),
+                   checks=tuple(task.checks), pipeline=task.pipeline,
+                   limits=Limits(turns=dict(task.turns), prompt_tokens=task.prompt_tokens,
+                                 cost_usd=task.cost_usd, wall_time_s=task.wall_time_s))
+    bus = InProcessBus()
+    with Archive.open(settings.data_dir, job) as archive:
+        archive.set_meta("task", str(task.source))
+        archive.set_meta("model", backend.name)
+        runner = JobRunner(spec, settings=settings, llm=backend, archive=archive, bus=bus,
+                           roles=roles, tools=ToolGroupManager(builtin_groups()), clock=clock)
+        async with bus.subscribe(f"job/{job}/events", max_buffer=1000) as events:
+            async with anyio.create_task_group() as tg:
+                if on_event is not None:
+                    tg.start_soon(_forward, events, on_event)
+                report = await runner.run()
+                tg.cancel_scope.cancel()
+    await bus.aclose()
+    return JobHandle(report, archive_path(settings.data_dir, job), backend.name)
+
+
+async def _forward(events, on_event: Callable[[JobEvent], None]) -> None:  # type: ignore[no-untyped-def]
+    while True:
+        _topic, event = await events.receive()
+        on_event(event)

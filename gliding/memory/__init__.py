@@ -1,0 +1,24 @@
+"""Agent memory, organised in levels the way an operating system organises storage.
+
+This docstring is the one place the levels are listed; modules are named for what they hold.
+
+    level  what it holds                                            modules             state
+    -----  -------------------------------------------------------  ------------------  -------
+    L0     archive: persistent, crash-safe, content-hashed store    archive.py          built
+           of every turn, tool result and record of a job,          archive_schema.py
+           addressed by IRI (gliding://job/<job>/...) and read
+           back exactly; also the job's LLM call ledger and
+           job metadata
+    L1     summary chains: one short summary per turn with the      (summaries.py)      planned
+           IRI of the full turn in L0, bounded by a token budget
+    L2     blackboard: the agents' shared working memory, an RDF    (blackboard.py)     planned
+           graph of JSON-LD nodes queried with SPARQL
+    L3     projection: per-role SPARQL frames rendered into a       (projection.py)     planned
+           compact briefing within a token budget
+
+``archive.py`` is the L0 API (Archive, ArchivedItem, CallRecord, open_for_iri);
+``archive_schema.py`` is its SQLite layout (tables, pragmas, schema version).
+
+Lower levels never depend on higher ones: L1 points into L0 by IRI, L3 reads L2. Third-party stores
+live only under ``memory/backends/``.
+"""

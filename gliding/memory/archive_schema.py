@@ -1,0 +1,91 @@
+"""The on-disk layout of the L0 archive: tables, durability pragmas and the schema version.
+
+``prepare`` is run on every connection ``archive.Archive.open`` makes: it switches the database to
+WAL with ``synchronous=FULL`` (a returned commit survives a killed process; with FULL also a power
+cut) and creates or checks the tables. A file written by a newer schema is refused, not guessed at.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from gliding.errors import ArchiveError
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    iri        TEXT PRIMARY KEY,
+    job        TEXT NOT NULL,
+    kind       TEXT NOT NULL,
+    seq        INTEGER NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    media_type TEXT NOT NULL,
+    sha256     TEXT NOT NULL,
+    size       INTEGER NOT NULL,
+    content    BLOB NOT NULL,
+    meta       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_kind_seq ON entries (kind, seq);
+CREATE TABLE IF NOT EXISTS calls (
+    id                INTEGER PRIMARY KEY,
+    job               TEXT NOT NULL,
+    role              TEXT NOT NULL,
+    turn              INTEGER NOT NULL,
+    model             TEXT NOT NULL,
+    prompt_tokens     INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cached_tokens     INTEGER NOT NULL,
+    latency_s         REAL NOT NULL,
+    cost_usd          REAL NOT NULL,
+    created_at        REAL NOT NULL,
+    turn_iri          TEXT
+);
+CREATE TABLE IF NOT EXISTS job (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+ENTRY_COLUMNS = "iri, kind, sha256, size, created_at, media_type, meta"
+CALL_COLUMNS = (
+    "id, job, role, turn, model, prompt_tokens, completion_tokens, cached_tokens, "
+    "latency_s, cost_usd, created_at, turn_iri"
+)
+
+
+def prepare(conn: sqlite3.Connection, path: Path) -> None:
+    """Set the durability pragmas and create (or check) the schema."""
+    try:
+        (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+        if str(mode).lower() != "wal":
+            raise ArchiveError(
+                f"archive {path} cannot use write-ahead logging (journal_mode={mode})",
+                hint="keep the data dir on a local file system",
+            )
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version > SCHEMA_VERSION:
+                raise ArchiveError(
+                    f"archive {path} has schema version {version}; this Gliding reads "
+                    f"{SCHEMA_VERSION}",
+                    hint="upgrade Gliding to read this archive",
+                )
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            if version < SCHEMA_VERSION:
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as exc:
+        raise ArchiveError(
+            f"{path} is not a usable Gliding archive: {exc}",
+            hint="the file may be damaged or not an archive; move it aside to start afresh",
+        ) from exc

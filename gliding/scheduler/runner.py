@@ -1,0 +1,348 @@
+"""The async runner: carries out the supervisor policy for one job over the memory bus.
+
+Each role runs as its own task that listens on ``job/<job>/agent/<ROLE>`` for an Assignment and
+answers on ``job/<job>/result/<ROLE>`` with a typed message (PlanMsg, ArtifactMsg,
+CheckReportMsg, DecisionMsg). The supervisor only publishes and receives: agents never call one
+another. Progress events go to ``job/<job>/events`` for whoever displays them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from gliding.agents.loop import AgentEnv, AgentResult, TurnSummary, run_agent
+from gliding.agents.roles import RoleSpec
+from gliding.bus.messages import (
+    ArtifactMsg,
+    Assignment,
+    CheckReportMsg,
+    DecisionMsg,
+    JobEvent,
+    PlanMsg,
+)
+from gliding.bus.port import Bus
+from gliding.config.settings import Settings
+from gliding.core.budget import BudgetTracker, Limits
+from gliding.core.checks import Check, CheckResult
+from gliding.core.clock import Clock, SystemClock
+from gliding.core.iri import record_iri
+from gliding.core.messages import ToolSpec, Usage
+from gliding.llm.port import LLM
+from gliding.memory.archive import Archive
+from gliding.scheduler import policy
+from gliding.tools.base import ToolContext, ToolGroupManager
+from gliding.tools.checks import run_checks_on
+
+WRITING_TOOLS = ("write_file", "edit_file")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job: str
+    goal: str
+    workspace: Path
+    checks: tuple[Check, ...]
+    pipeline: str | tuple[str, ...]
+    limits: Limits
+
+
+@dataclass(frozen=True)
+class RoleUsage:
+    role: str
+    turns: int
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class JobReport:
+    job: str
+    outcome: str
+    pipeline: policy.PipelineChoice
+    cycles: int
+    corrections: int
+    checks: tuple[CheckResult, ...]
+    checks_verified_by: str
+    decision: str | None
+    report: str
+    plan: tuple[str, ...]
+    roles: tuple[RoleUsage, ...]
+    artifacts: tuple[tuple[str, str], ...]
+    turns: tuple[TurnSummary, ...]
+    stopped: str | None
+    wall_s: float
+    total: Usage = field(default_factory=Usage)
+
+
+class JobRunner:
+    """Runs one job to its outcome; the caller owns the archive, the bus and the model."""
+
+    def __init__(self, spec: JobSpec, *, settings: Settings, llm: LLM, archive: Archive,
+                 bus: Bus, roles: dict[str, RoleSpec], tools: ToolGroupManager,
+                 clock: Clock | None = None) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.llm = llm
+        self.archive = archive
+        self.bus = bus
+        self.roles = roles
+        self.tools = tools
+        self.clock = clock or SystemClock()
+        self.budget = BudgetTracker(spec.limits, started_at=self.clock.monotonic())
+        self.turns: list[TurnSummary] = []
+        self.written: dict[str, str] = {}  # path -> IRI of the result that wrote it
+        self.stopped: str | None = None
+        self.stop_reason: str | None = None
+        self._tool_ctx = ToolContext(spec.workspace, settings.tools, {"checks": spec.checks})
+        self._last_checks: list[CheckResult] = []
+
+    # ---- the supervisor ---------------------------------------------------------------
+    async def run(self) -> JobReport:
+        spec, sched = self.spec, self.settings.scheduler
+        choice = policy.choose_pipeline(spec.goal, spec.pipeline, has_checks=bool(spec.checks),
+                                        simple_max_words=sched.simple_goal_max_words)
+        self.archive.set_meta("goal", spec.goal)
+        self.archive.set_meta("pipeline", list(choice.roles))
+        self.archive.set_meta("status", "running")
+        await self._event("job.started", {"pipeline": list(choice.roles), "kind": choice.kind,
+                                          "reason": choice.reason, "goal": spec.goal})
+        started = self.clock.monotonic()
+        state: dict[str, Any] = {"plan": (), "checks": (), "decision": None, "report": "",
+                                 "cycles": 0, "corrections": 0, "verified_by": "none"}
+        wall = spec.limits.wall_time_s
+        with anyio.move_on_after(wall if wall is not None else float("inf")) as deadline:
+            async with self.bus.subscribe(f"job/{spec.job}/result/+") as results:
+                async with anyio.create_task_group() as tg:
+                    for role in dict.fromkeys(choice.roles):
+                        await tg.start(self._agent_task, role)
+                    try:
+                        await self._supervise(choice.roles, results, state)
+                    finally:
+                        tg.cancel_scope.cancel()
+        if deadline.cancelled_caught:
+            self.stopped, self.stop_reason = "budget", f"wall time budget of {wall:g}s spent"
+        if not state["checks"] and spec.checks:
+            state["checks"] = tuple(await run_checks_on(spec.checks, spec.workspace,
+                                                        self.settings.tools))
+            state["verified_by"] = "runner"
+        passed = all(r.passed for r in state["checks"]) if state["checks"] else None
+        out = policy.outcome(passed, state["decision"], self.stopped)
+        artifacts = self._archive_artifacts()
+        self.archive.set_meta("status", out)
+        report = JobReport(
+            job=spec.job, outcome=out, pipeline=choice, cycles=state["cycles"],
+            corrections=state["corrections"], checks=tuple(state["checks"]),
+            checks_verified_by=state["verified_by"], decision=state["decision"],
+            report=state["report"] or (self.stop_reason or ""), plan=tuple(state["plan"]),
+            roles=tuple(RoleUsage(r, self.budget.turns.get(r, 0),
+                                  self.budget.by_role.get(r, Usage()))
+                        for r in dict.fromkeys(choice.roles)),
+            artifacts=artifacts, turns=tuple(self.turns), stopped=self.stop_reason,
+            wall_s=self.clock.monotonic() - started, total=self.budget.usage,
+        )
+        await self._event("job.finished", {"outcome": out})
+        return report
+
+    async def _supervise(self, roles: Sequence[str], results: Any, state: dict[str, Any]) -> None:
+        sched = self.settings.scheduler
+        feedback = ""
+        while state["cycles"] < sched.max_cycles:
+            state["cycles"] += 1
+            cycle = state["cycles"]
+            if "PA" in roles:
+                plan = await self._ask("PA", cycle, 0, self._pa_text(feedback), results)
+                if plan is None:
+                    return
+                state["plan"] = tuple(plan.steps)
+            correction = ""
+            attempt = 0
+            while True:
+                if "DA" in roles:
+                    done = await self._ask("DA", cycle, attempt,
+                                           self._da_text(state["plan"], feedback, correction),
+                                           results)
+                    if done is None:
+                        return
+                if "CA" not in roles:
+                    break
+                report = await self._ask("CA", cycle, attempt, self._ca_text(), results)
+                if report is None:
+                    return
+                state["checks"] = tuple(self._last_checks)
+                state["verified_by"] = "CA" if report.notes != "auto" else "CA (auto)"
+                step = policy.after_check(report.passed, state["corrections"],
+                                          sched.max_corrections)
+                await self._event("check.report", {"passed": report.passed, "next": step,
+                                                   "cycle": cycle, "attempt": attempt})
+                if step != "correct" or "DA" not in roles:
+                    break
+                state["corrections"] += 1
+                attempt += 1
+                correction = _failures_text(self._last_checks)
+            if "AA" not in roles:
+                return
+            passed = all(r.passed for r in state["checks"]) if state["checks"] else None
+            decision = await self._ask("AA", cycle, attempt, self._aa_text(state["checks"]),
+                                       results, options=policy.decision_options(passed))
+            if decision is None:
+                return
+            state["decision"], state["report"] = decision.decision, decision.report
+            nxt = policy.after_decision(decision.decision, cycle, sched.max_cycles)
+            if nxt != "next_cycle":
+                if nxt == "escalate":
+                    state["decision"] = "escalate"
+                return
+            feedback = f"Cycle {cycle} did not succeed. AA said: {decision.report}\n" + (
+                _failures_text(state["checks"]))
+
+    async def _ask(self, role: str, cycle: int, attempt: int, text: str, results: Any,
+                   options: tuple[str, ...] | None = None) -> Any:
+        """Publish an Assignment to ``role`` and wait for its typed answer (None: job stops)."""
+        if self.stopped:
+            return None
+        context = {"options": list(options)} if options else {}
+        await self.bus.publish(f"job/{self.spec.job}/agent/{role}", Assignment(
+            job=self.spec.job, role=role, cycle=cycle, attempt=attempt, goal=self.spec.goal,
+            instructions=text, context=context))
+        _topic, message = await results.receive()
+        return None if self.stopped else message
+
+    # ---- the agents -------------------------------------------------------------------
+    async def _agent_task(self, role: str, *, task_status: Any = anyio.TASK_STATUS_IGNORED
+                          ) -> None:
+        spec = self.roles[role]
+        async with self.bus.subscribe(f"job/{self.spec.job}/agent/{role}") as inbox:
+            task_status.started()
+            while True:
+                _topic, assignment = await inbox.receive()
+                answer = await self._act(spec, assignment)
+                await self.bus.publish(f"job/{self.spec.job}/result/{role}", answer)
+
+    async def _act(self, spec: RoleSpec, a: Assignment) -> Any:
+        options = a.context.get("options")
+        if options:
+            spec = _restrict_decision(spec, options)
+        env = AgentEnv(
+            job=self.spec.job, role=spec, llm=self.llm,
+            toolset=self.tools.toolset(spec.tool_groups), tool_ctx=self._tool_ctx,
+            archive=self.archive, budget=self.budget, bus=self.bus,
+            now=self.clock.monotonic, max_turns=self.spec.limits.turns.get(spec.name,
+                                                                         spec.max_turns),
+        )
+        await self._event("role.started", {"role": spec.name, "cycle": a.cycle,
+                                           "attempt": a.attempt})
+        result = await run_agent(env, a.instructions)
+        self.turns.extend(result.summaries)
+        if result.status == "budget":
+            self.stopped, self.stop_reason = "budget", result.error
+        elif result.status == "failed":
+            self.stopped, self.stop_reason = "error", result.error
+        await self._event("role.finished", {"role": spec.name, "status": result.status,
+                                            "turns": result.turns})
+        return await self._answer(spec.name, a, result)
+
+    async def _answer(self, role: str, a: Assignment, r: AgentResult) -> Any:
+        job, cycle = self.spec.job, a.cycle
+        last_iri = r.summaries[-1].iri if r.summaries else None
+        if role == "PA":
+            steps = [str(s) for s in r.finish.get("steps", []) if str(s).strip()]
+            return PlanMsg(job=job, cycle=cycle, steps=steps or [self.spec.goal],
+                           turn_iri=last_iri)
+        if role == "DA":
+            files = []
+            for t in r.tools:
+                if t.name in WRITING_TOOLS and t.ok and isinstance(t.arguments.get("path"), str):
+                    files.append(t.arguments["path"])
+                    self.written[t.arguments["path"]] = t.iri
+            return ArtifactMsg(job=job, cycle=cycle, attempt=a.attempt,
+                               summary=str(r.finish.get("summary", "")), files=files,
+                               iris=[t.iri for t in r.tools], status=r.status)
+        if role == "CA":
+            ran = any(t.name == "run_checks" for t in r.tools)
+            results = await run_checks_on(self.spec.checks, self.spec.workspace,
+                                          self.settings.tools)
+            self._last_checks = results
+            return CheckReportMsg(
+                job=job, cycle=cycle, attempt=a.attempt, passed=all(x.passed for x in results),
+                results=[{"check": x.check.describe(), "status": x.status,
+                          "evidence": x.evidence, "expected": x.expected} for x in results],
+                notes=str(r.finish.get("notes", "")) if ran else "auto")
+        decision = str(r.finish.get("decision") or "")
+        options = a.context.get("options") or ["done", "another_cycle", "escalate"]
+        if decision not in options:  # the AA never decided: pick the safe reading of the evidence
+            decision = "done" if "done" in options else "escalate"
+        return DecisionMsg(job=job, cycle=cycle, decision=decision,
+                           report=str(r.finish.get("report") or r.error or ""))
+
+    # ---- texts each role is handed ----------------------------------------------------
+    def _checks_text(self) -> str:
+        if not self.spec.checks:
+            return ""
+        return "Success checks:\n" + "\n".join(f"- {c.describe()}" for c in self.spec.checks)
+
+    def _pa_text(self, feedback: str) -> str:
+        return "\n\n".join(x for x in (f"Goal: {self.spec.goal}", self._checks_text(),
+                                       feedback) if x)
+
+    def _da_text(self, plan: Sequence[str], feedback: str, correction: str) -> str:
+        parts = [f"Goal: {self.spec.goal}"]
+        if plan:
+            parts.append("Plan:\n" + "\n".join(f"{i}. {s}" for i, s in enumerate(plan, 1)))
+        parts += [self._checks_text(), feedback]
+        if correction:
+            parts.append("A check failed. Fix it.\n" + correction)
+        return "\n\n".join(p for p in parts if p)
+
+    def _ca_text(self) -> str:
+        files = ", ".join(sorted(self.written)) or "none reported"
+        return f"Goal: {self.spec.goal}\n\nFiles DA wrote: {files}\n\n{self._checks_text()}"
+
+    def _aa_text(self, checks: Sequence[CheckResult]) -> str:
+        lines = [f"Goal: {self.spec.goal}", "", "Check report:"]
+        lines += [f"- {r.status.upper()} {r.check.describe()}: {r.evidence}" for r in checks]
+        if not checks:
+            lines.append("- no checks were run")
+        return "\n".join(lines)
+
+    # ---- bookkeeping ------------------------------------------------------------------
+    def _archive_artifacts(self) -> tuple[tuple[str, str], ...]:
+        out = []
+        for path in sorted(self.written):
+            target = self.spec.workspace / path
+            if not target.is_file():
+                continue
+            iri = str(record_iri(self.spec.job, "artifact", path))
+            self.archive.put(iri, target.read_bytes(), kind="artifact",
+                             media_type="application/octet-stream",
+                             meta={"path": path, "written_by": self.written[path]})
+            out.append((path, iri))
+        return tuple(out)
+
+    async def _event(self, event: str, data: dict[str, Any]) -> None:
+        await self.bus.publish(f"job/{self.spec.job}/events",
+                               JobEvent(job=self.spec.job, event=event, data=data))
+
+
+def _failures_text(results: Sequence[CheckResult]) -> str:
+    lines = []
+    for r in results:
+        if not r.passed:
+            line = f"- FAIL {r.check.describe()}: {r.evidence}"
+            if r.expected is not None:
+                line += f"\n  expected text: {r.expected}"
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _restrict_decision(spec: RoleSpec, options: Sequence[str]) -> RoleSpec:
+    params = dict(spec.finish.parameters)
+    props = dict(params.get("properties", {}))
+    if "decision" in props:
+        props["decision"] = {**props["decision"], "enum": list(options)}
+    params["properties"] = props
+    return dataclasses.replace(spec, finish=ToolSpec("finish", spec.finish.description, params))

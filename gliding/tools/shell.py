@@ -1,0 +1,189 @@
+"""The bash tool and the sandbox it shares with command checks.
+
+A command runs as ``/bin/bash -c`` in its own session (so its own process group), with the
+workspace as cwd, no stdin, stdout and stderr merged, and an environment holding only
+allow-listed variables that do not look like secrets. When the command ends, times out,
+floods its output, or the caller is cancelled, the whole process group gets SIGKILL, so
+background children and grandchildren die with it. Output is read as it comes: the head up
+to the cap is kept, the rest only counted. A process that leaves the group (setsid) escapes;
+containing that needs cgroups or a container, which is the daemon's concern.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from gliding.config.settings import ToolSettings
+from gliding.errors import ToolError
+from gliding.tools.base import Tool, ToolContext, prop, schema
+from gliding.tools.workspace import workspace_root
+
+FLOOD_FACTOR = 100  # a command is killed once its output passes this many times the cap
+TAIL_BYTES = 2048  # the last bytes of output kept for check evidence
+DRAIN_GRACE_S = 0.5  # how long to keep reading after the command and its group are gone
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_SIGNAL_NAMES = {int(s): s.name for s in signal.Signals}
+_SECRET_NAME = re.compile(
+    r"(?:^|_)(?:API_?)?KEY$|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """True for names like OPENAI_API_KEY, GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def filtered_env(allow: Sequence[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed variables present in ``environ``, never one that looks like a secret.
+
+    PATH falls back to a minimal default so ``bash`` still finds the usual tools.
+    """
+    source = os.environ if environ is None else environ
+    env = {k: source[k] for k in allow if k in source and not is_secret_name(k)}
+    env.setdefault("PATH", DEFAULT_PATH)
+    return env
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """How a sandboxed command ended and what it printed (head kept, the rest counted)."""
+
+    exit_code: int | None  # None when it was killed by us
+    output: str  # the first ``cap`` bytes, decoded
+    tail: str  # the last TAIL_BYTES bytes, decoded
+    cut_bytes: int  # bytes after the head that were counted, not kept
+    timed_out: bool
+    flooded: bool
+    timeout_s: float
+    flood_limit: int
+    elapsed_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def status_line(self) -> str:
+        if self.timed_out:
+            return f"killed after {self.timeout_s:g}s timeout"
+        if self.flooded:
+            return f"killed after more than {self.flood_limit} bytes of output"
+        code = self.exit_code
+        if code is not None and -code in _SIGNAL_NAMES:
+            return f"exit code {code} (killed by {_SIGNAL_NAMES[-code]})"
+        return f"exit code {code}"
+
+    def render(self) -> str:
+        """What the model reads: status line, output, and a notice when output was cut."""
+        parts = [self.status_line(), self.output.rstrip("\n") or "(no output)"]
+        if self.cut_bytes:
+            parts.append(f"[output cut: {self.cut_bytes} more bytes]")
+        return "\n".join(parts)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+async def run_command(
+    command: str, workspace: Path, settings: ToolSettings, *, timeout_s: float | None = None
+) -> CommandResult:
+    """Run ``command`` with bash in the workspace sandbox and wait for it and its group.
+
+    Raises:
+        ToolError: the workspace is missing or bash cannot be started.
+    """
+    cwd = workspace_root(workspace)
+    if not os.path.isdir(cwd):
+        raise ToolError(f"workspace {cwd} does not exist")
+    timeout = settings.bash.timeout_s if timeout_s is None else timeout_s
+    cap = settings.bash.max_output_bytes
+    flood_limit = cap * FLOOD_FACTOR
+    try:
+        proc = await anyio.open_process(
+            ["/bin/bash", "-c", command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=filtered_env(settings.env_allow),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise ToolError(f"cannot start bash: {exc}") from exc
+    pgid = proc.pid  # start_new_session: bash leads a new session and process group
+    started = anyio.current_time()
+    head = bytearray()
+    tail = b""
+    total = 0
+    flooded = False
+    exited = False
+    pump_done = anyio.Event()
+
+    async def pump() -> None:
+        nonlocal tail, total, flooded
+        try:
+            if proc.stdout is None:  # cannot happen with stdout=PIPE; for the type checker
+                return
+            async for chunk in proc.stdout:
+                total += len(chunk)
+                if len(head) < cap:
+                    head.extend(chunk[: cap - len(head)])
+                tail = (tail + chunk)[-TAIL_BYTES:]
+                if total > flood_limit and not flooded:
+                    flooded = True
+                    _kill_group(pgid)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            pump_done.set()
+
+    try:
+        with anyio.move_on_after(timeout) as deadline:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pump)
+                await proc.wait()
+                exited = True
+                _kill_group(pgid)  # background jobs the command left behind
+                with anyio.move_on_after(DRAIN_GRACE_S):
+                    await pump_done.wait()
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            _kill_group(pgid)
+            await proc.aclose()
+    timed_out = deadline.cancelled_caught and not exited
+    return CommandResult(
+        exit_code=None if timed_out or flooded else proc.returncode,
+        output=bytes(head).decode("utf-8", errors="replace"),
+        tail=tail.decode("utf-8", errors="replace"),
+        cut_bytes=max(0, total - len(head)),
+        timed_out=timed_out,
+        flooded=flooded and not timed_out,
+        timeout_s=timeout,
+        flood_limit=flood_limit,
+        elapsed_s=anyio.current_time() - started,
+    )
+
+
+async def _bash(args: dict[str, Any], ctx: ToolContext) -> str:
+    result = await run_command(args["command"], ctx.workspace, ctx.settings)
+    return result.render()
+
+
+BASH = Tool(
+    "bash",
+    "Run a bash command in the workspace; returns exit code and output.",
+    schema(["command"], command=prop("string", "bash command line")),
+    _bash,
+)

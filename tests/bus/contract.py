@@ -1,0 +1,259 @@
+"""The contract every bus backend passes: subclass ``BusContract`` and provide a ``bus`` fixture.
+
+    class TestMyBus(BusContract):
+        @pytest.fixture
+        async def bus(self):
+            bus = MyBus(...)
+            yield bus
+            await bus.aclose()
+
+The suite runs on asyncio (``anyio_backend``), which every backend, aiomqtt included, supports.
+The tests never sleep to prove that something did not arrive: they publish a sentinel after it
+and rely on per-publisher order, so they hold for network backends as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from gliding.bus.messages import (
+    AgentDone,
+    ArtifactMsg,
+    Assignment,
+    CheckReportMsg,
+    DecisionMsg,
+    JobEvent,
+    PlanMsg,
+)
+from gliding.errors import BusError
+
+TIMEOUT_S = 10.0
+
+EXAMPLE_MESSAGES: tuple[Any, ...] = (
+    Assignment(
+        job="j1",
+        role="DA",
+        cycle=1,
+        attempt=2,
+        goal="write hello.py",
+        instructions="Create hello.py that prints 'hello'.",
+        context={"plan": ["step 1", "step 2"], "budget": {"turns": 12, "cost_usd": 0.5}},
+    ),
+    PlanMsg(job="j1", cycle=1, steps=["read spec", "write code"], turn_iri=None),
+    PlanMsg(job="j1", cycle=2, steps=[], turn_iri="gliding://job/j1/turn/PA/3"),
+    ArtifactMsg(
+        job="j1",
+        cycle=1,
+        attempt=1,
+        summary="wrote hello.py",
+        files=["hello.py"],
+        iris=["gliding://job/j1/result/c7"],
+        status="ok",
+    ),
+    CheckReportMsg(
+        job="j1",
+        cycle=1,
+        attempt=1,
+        results=[
+            {"check": "hello.py exists", "status": "pass", "evidence": "12 B", "expected": None},
+            {"check": "python hello.py", "status": "fail", "evidence": "exit 1", "expected": "0"},
+        ],
+        passed=False,
+        notes="one check failed",
+    ),
+    DecisionMsg(job="j1", cycle=1, decision="another_cycle", report="fix the exit code"),
+    DecisionMsg(job="j1", cycle=2, decision="done", report="all checks pass ✓"),
+    AgentDone(job="j1", role="CA", status="finished", turns=4, summary="checked 2 items"),
+    JobEvent(job="j1", event="turn.done", data={"role": "DA", "tokens": 812, "cost_usd": 0.0031}),
+)
+
+
+def tick(n: int, job: str = "j1") -> JobEvent:
+    return JobEvent(job=job, event="test.tick", data={"n": n})
+
+
+async def receive_until(sub: Any, sentinel: Any) -> list[tuple[str, Any]]:
+    """Everything ``sub`` receives before ``sentinel`` (which must arrive)."""
+    got: list[tuple[str, Any]] = []
+    while True:
+        topic, message = await sub.receive()
+        if message == sentinel:
+            return got
+        got.append((topic, message))
+
+
+@pytest.mark.anyio
+class BusContract:
+    """Tests of ``gliding.bus.port.Bus``; subclasses supply the ``bus`` fixture."""
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        # asyncio only: the trio installed next to anyio 4 here is too old for its test runner.
+        return "asyncio"
+
+    async def test_delivers_a_published_message(self, bus: Any) -> None:
+        with anyio.fail_after(TIMEOUT_S):
+            async with bus.subscribe("gliding/job/j1/events") as sub:
+                await bus.publish("gliding/job/j1/events", tick(1))
+                topic, message = await sub.receive()
+        assert topic == "gliding/job/j1/events"
+        assert message == tick(1)
+
+    async def test_routes_by_wildcards(self, bus: Any) -> None:
+        topics = [
+            "gliding/job/j1/events",
+            "gliding/job/j2/events",
+            "gliding/job/j1/agent/DA",
+            "gliding/job/j1",
+            "gliding/other",
+            "$SYS/load",
+        ]
+        patterns = {
+            "gliding/job/+/events": ["gliding/job/j1/events", "gliding/job/j2/events"],
+            "gliding/job/j1/#": [
+                "gliding/job/j1/events",
+                "gliding/job/j1/agent/DA",
+                "gliding/job/j1",
+            ],
+            "gliding/job/j1/events": ["gliding/job/j1/events"],
+            "#": topics[:-1],  # a leading wildcard never matches $-topics
+            "+/+/+/+": ["gliding/job/j1/events", "gliding/job/j2/events"],
+            "$SYS/#": ["$SYS/load"],
+        }
+        sentinel = tick(-1)
+        with anyio.fail_after(TIMEOUT_S):
+            async with (
+                bus.subscribe("gliding/job/+/events") as a,
+                bus.subscribe("gliding/job/j1/#") as b,
+                bus.subscribe("gliding/job/j1/events") as c,
+                bus.subscribe("#") as d,
+                bus.subscribe("+/+/+/+") as e,
+                bus.subscribe("$SYS/#") as f,
+            ):
+                for i, topic in enumerate(topics):
+                    await bus.publish(topic, tick(i))
+                await bus.publish("gliding/job/j1/events", sentinel)
+                await bus.publish("$SYS/load", sentinel)
+                subs = dict(zip(patterns, (a, b, c, d, e, f), strict=True))
+                for pattern, expected in patterns.items():
+                    got = await receive_until(subs[pattern], sentinel)
+                    assert [t for t, _ in got] == expected, pattern
+                    assert [m for _, m in got] == [tick(topics.index(t)) for t in expected]
+
+    async def test_keeps_publish_order(self, bus: Any) -> None:
+        count = 500
+        received: list[int] = []
+
+        async def consume(sub: Any) -> None:
+            while len(received) < count:
+                _, message = await sub.receive()
+                received.append(message.data["n"])
+
+        with anyio.fail_after(TIMEOUT_S):
+            async with bus.subscribe("gliding/job/j1/+", max_buffer=8) as sub:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(consume, sub)
+                    for n in range(count):
+                        await bus.publish(f"gliding/job/j1/t{n % 3}", tick(n))
+        assert received == list(range(count))
+
+    async def test_isolates_subscribers(self, bus: Any) -> None:
+        sentinel = tick(-1)
+        with anyio.fail_after(TIMEOUT_S):
+            async with (
+                bus.subscribe("gliding/job/j1/events") as first,
+                bus.subscribe("gliding/job/j1/events") as second,
+                bus.subscribe("gliding/job/j2/events") as other,
+            ):
+                for n in range(5):
+                    await bus.publish("gliding/job/j1/events", tick(n))
+                await bus.publish("gliding/job/j2/events", tick(99, job="j2"))
+                await bus.publish("gliding/job/j1/events", sentinel)
+                # each subscriber of the same filter gets every message, however the other reads
+                got_first = await receive_until(first, sentinel)
+                got_second = await receive_until(second, sentinel)
+                assert [m for _, m in got_first] == [tick(n) for n in range(5)]
+                assert got_second == got_first
+                # the other filter saw only its own topic
+                topic, message = await other.receive()
+                assert (topic, message) == ("gliding/job/j2/events", tick(99, job="j2"))
+
+    async def test_stops_delivery_after_unsubscribe(self, bus: Any) -> None:
+        sentinel = tick(-1)
+        with anyio.fail_after(TIMEOUT_S):
+            async with bus.subscribe("gliding/job/j1/#") as stays:
+                async with bus.subscribe("gliding/job/j1/#") as leaves:
+                    await bus.publish("gliding/job/j1/events", tick(1))
+                    assert (await leaves.receive()).message == tick(1)
+                await bus.publish("gliding/job/j1/events", tick(2))
+                await bus.publish("gliding/job/j1/events", sentinel)
+                got = await receive_until(stays, sentinel)
+                assert [m for _, m in got] == [tick(1), tick(2)]
+                with pytest.raises(BusError):
+                    await leaves.receive()
+
+    async def test_drops_messages_nobody_subscribed_to(self, bus: Any) -> None:
+        sentinel = tick(-1)
+        with anyio.fail_after(TIMEOUT_S):
+            await bus.publish("gliding/job/j1/events", tick(1))
+            async with bus.subscribe("gliding/job/j1/events") as sub:
+                await bus.publish("gliding/job/j1/events", sentinel)
+                assert await receive_until(sub, sentinel) == []
+
+    async def test_message_types_survive_the_trip(self, bus: Any) -> None:
+        with anyio.fail_after(TIMEOUT_S):
+            async with bus.subscribe("gliding/job/j1/msgs", max_buffer=len(EXAMPLE_MESSAGES)) as s:
+                for message in EXAMPLE_MESSAGES:
+                    await bus.publish("gliding/job/j1/msgs", message)
+                for sent in EXAMPLE_MESSAGES:
+                    _, got = await s.receive()
+                    assert type(got) is type(sent)
+                    assert got == sent
+
+    async def test_async_for_ends_when_the_bus_closes(self, bus: Any) -> None:
+        with anyio.fail_after(TIMEOUT_S):
+            async with bus.subscribe("gliding/job/j1/events") as sub:
+                await bus.publish("gliding/job/j1/events", tick(1))
+                await bus.publish("gliding/job/j1/events", tick(2))
+                got: list[Any] = []
+
+                async def drain() -> None:
+                    async for _, message in sub:
+                        got.append(message)
+                        if len(got) == 2:
+                            await bus.aclose()
+
+                await drain()
+                with pytest.raises(BusError):
+                    await sub.receive()
+        assert got == [tick(1), tick(2)]
+
+    async def test_publish_after_close_raises(self, bus: Any) -> None:
+        await bus.aclose()
+        await bus.aclose()  # closing twice is harmless
+        with pytest.raises(BusError, match="closed"):
+            await bus.publish("gliding/job/j1/events", tick(1))
+
+    async def test_subscribe_after_close_raises(self, bus: Any) -> None:
+        await bus.aclose()
+        with pytest.raises(BusError, match="closed"):
+            async with bus.subscribe("gliding/#"):
+                pass
+
+    @pytest.mark.parametrize("topic", ["gliding/+/events", "gliding/#", "#", "", "a/b+"])
+    async def test_publish_on_a_wildcard_or_empty_topic_raises(self, bus: Any, topic: str) -> None:
+        with pytest.raises(BusError):
+            await bus.publish(topic, tick(1))
+
+    @pytest.mark.parametrize("pattern", ["a/#/b", "a/b#", "a+/b", "", "a/\x00"])
+    async def test_subscribe_to_a_bad_filter_raises(self, bus: Any, pattern: str) -> None:
+        with pytest.raises(BusError):
+            async with bus.subscribe(pattern):
+                pass
+
+    async def test_publish_of_a_non_message_raises(self, bus: Any) -> None:
+        with pytest.raises(BusError, match="not a bus message"):
+            await bus.publish("gliding/job/j1/events", {"type": "job_event", "job": "j1"})

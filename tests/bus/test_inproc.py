@@ -1,0 +1,105 @@
+"""InProcessBus passes the bus contract, plus its own promises: backpressure and closing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from gliding.bus.inproc import InProcessBus
+from gliding.errors import BusError
+from tests.bus.contract import TIMEOUT_S, BusContract, tick
+
+
+class TestInProcessBus(BusContract):
+    @pytest.fixture
+    async def bus(self) -> AsyncIterator[InProcessBus]:
+        bus = InProcessBus()
+        yield bus
+        await bus.aclose()
+
+    async def test_publish_waits_while_a_subscriber_buffer_is_full(self, bus: InProcessBus) -> None:
+        published: list[int] = []
+
+        async def publish_three() -> None:
+            for n in range(3):
+                await bus.publish("gliding/job/j1/events", tick(n))
+                published.append(n)
+
+        with anyio.fail_after(TIMEOUT_S):
+            async with bus.subscribe("gliding/job/j1/events", max_buffer=1) as sub:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(publish_three)
+                    await anyio.wait_all_tasks_blocked()
+                    assert published == [0]  # the second message waits for room
+                    assert (await sub.receive()).message == tick(0)
+                    await anyio.wait_all_tasks_blocked()
+                    assert published == [0, 1]
+                    assert (await sub.receive()).message == tick(1)
+                    assert (await sub.receive()).message == tick(2)
+        assert published == [0, 1, 2]
+
+    async def test_a_full_subscriber_does_not_hold_back_earlier_ones(
+        self, bus: InProcessBus
+    ) -> None:
+        with anyio.fail_after(TIMEOUT_S):
+            async with (
+                bus.subscribe("gliding/#", max_buffer=10) as roomy,
+                bus.subscribe("gliding/#", max_buffer=1) as tight,
+            ):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(bus.publish, "gliding/x", tick(0))
+                    tg.start_soon(bus.publish, "gliding/x", tick(1))
+                    await anyio.wait_all_tasks_blocked()
+                    # both reached the roomy subscriber, one waits on the tight one
+                    assert [(await roomy.receive()).message for _ in range(2)] == [
+                        tick(0),
+                        tick(1),
+                    ]
+                    got = {(await tight.receive()).message.data["n"] for _ in range(2)}
+                    assert got == {0, 1}
+
+    async def test_close_wakes_a_waiting_publisher_with_bus_error(self, bus: InProcessBus) -> None:
+        outcome: list[BaseException] = []
+
+        async def publish_two() -> None:
+            try:
+                await bus.publish("gliding/job/j1/events", tick(0))
+                await bus.publish("gliding/job/j1/events", tick(1))
+            except BusError as exc:
+                outcome.append(exc)
+
+        with anyio.fail_after(TIMEOUT_S):
+            async with bus.subscribe("gliding/job/j1/events", max_buffer=1) as sub:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(publish_two)
+                    await anyio.wait_all_tasks_blocked()
+                    await bus.aclose()
+                assert len(outcome) == 1 and "closed while publishing" in str(outcome[0])
+                assert (await sub.receive()).message == tick(0)  # buffered before the close
+
+    async def test_leaving_a_full_subscription_releases_its_publisher(
+        self, bus: InProcessBus
+    ) -> None:
+        with anyio.fail_after(TIMEOUT_S):
+            async with anyio.create_task_group() as tg:
+                async with bus.subscribe("gliding/job/j1/events", max_buffer=1):
+                    await bus.publish("gliding/job/j1/events", tick(0))
+                    tg.start_soon(bus.publish, "gliding/job/j1/events", tick(1))
+                    await anyio.wait_all_tasks_blocked()
+                # the waiting publish returns once its only subscriber is gone
+            assert not bus.closed
+
+    @pytest.mark.parametrize("max_buffer", [0, -1])
+    async def test_rejects_a_buffer_below_one(self, bus: InProcessBus, max_buffer: int) -> None:
+        with pytest.raises(BusError, match="max_buffer"):
+            async with bus.subscribe("gliding/#", max_buffer=max_buffer):
+                pass
+
+    async def test_works_as_an_async_context_manager(self) -> None:
+        async with InProcessBus() as bus:
+            assert not bus.closed
+        assert bus.closed
+        with pytest.raises(BusError):
+            await bus.publish("gliding/x", tick(0))

@@ -1,0 +1,159 @@
+"""Tool argument checking, ToolGroupManager and Toolset: a tool call never crashes the loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gliding.config.settings import ToolSettings
+from gliding.errors import ToolError
+from gliding.tools.base import (
+    Tool,
+    ToolContext,
+    ToolGroupManager,
+    ToolOutcome,
+    builtin_groups,
+    prop,
+    schema,
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def _echo(args: dict[str, Any], ctx: ToolContext) -> str:
+    return repr(sorted(args.items()))
+
+
+async def _refuse(args: dict[str, Any], ctx: ToolContext) -> str:
+    raise ToolError("nope", hint="try again")
+
+
+async def _crash(args: dict[str, Any], ctx: ToolContext) -> str:
+    raise ZeroDivisionError("division by zero")
+
+
+ECHO = Tool(
+    "echo",
+    "Echo the arguments.",
+    schema(
+        ["text"],
+        text=prop("string", "t"),
+        n=prop("integer", "n"),
+        flag=prop("boolean", "f"),
+        items=prop("array", "i"),
+        obj=prop("object", "o"),
+    ),
+    _echo,
+)
+REFUSE = Tool("refuse", "Always refuses.", schema(), _refuse)
+CRASH = Tool("crash", "Always crashes.", schema(), _crash)
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> ToolContext:
+    return ToolContext(tmp_path, ToolSettings())
+
+
+def test_builtin_groups() -> None:
+    groups = builtin_groups()
+    names = {g: [t.name for t in tools] for g, tools in groups.items()}
+    assert names == {
+        "read": ["read_file", "list_dir", "glob", "grep"],
+        "write": ["write_file", "edit_file"],
+        "exec": ["bash"],
+        "check": ["run_checks"],
+    }
+    for tools in groups.values():
+        for tool in tools:
+            spec = tool.spec().to_openai()["function"]
+            assert spec["parameters"]["type"] == "object"
+            assert "required" in spec["parameters"]
+            assert 0 < len(spec["description"]) <= 80, tool.name
+
+
+def test_unknown_group_lists_known_groups() -> None:
+    manager = ToolGroupManager(builtin_groups())
+    expected = "unknown tool group 'admin'; known groups: check, exec, read, write"
+    with pytest.raises(ToolError, match=expected):
+        manager.toolset(["read", "admin"])
+
+
+def test_toolset_specs_only_hold_the_roles_tools() -> None:
+    toolset = ToolGroupManager(builtin_groups()).toolset(["read"], extra_tools=[ECHO])
+    assert toolset.names == ("read_file", "list_dir", "glob", "grep", "echo")
+    assert [s.name for s in toolset.specs()] == list(toolset.names)
+
+
+def test_same_tool_in_two_groups_is_listed_once_but_name_clash_refused() -> None:
+    manager = ToolGroupManager({"a": [ECHO], "b": [ECHO]})
+    assert manager.toolset(["a", "b"]).names == ("echo",)
+    clash = Tool("echo", "Another echo.", schema(), _refuse)
+    with pytest.raises(ToolError, match="two different tools are named 'echo'"):
+        manager.toolset(["a"], extra_tools=[clash])
+
+
+@pytest.mark.anyio
+async def test_tool_outside_role_is_refused_with_available_list(ctx: ToolContext) -> None:
+    toolset = ToolGroupManager(builtin_groups()).toolset(["read"])
+    outcome = await toolset.call("bash", {"command": "rm -rf /"}, ctx)
+    assert outcome == ToolOutcome(
+        False,
+        "error: tool 'bash' is not available to this role; "
+        "available: read_file, list_dir, glob, grep",
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({}, "echo: missing required argument 'text'"),
+        ({"text": None}, "echo: missing required argument 'text'"),
+        ({"text": "x", "bogus": 1}, "echo: unknown argument 'bogus'"),
+        ({"text": 5}, "echo: argument 'text' must be a string, got int 5"),
+        ({"text": "x", "n": "5"}, "echo: argument 'n' must be an integer, got str '5'"),
+        ({"text": "x", "n": True}, "echo: argument 'n' must be an integer"),
+        ({"text": "x", "n": 1.5}, "echo: argument 'n' must be an integer"),
+        ({"text": "x", "flag": "yes"}, "echo: argument 'flag' must be a boolean"),
+        ({"text": "x", "items": "a"}, "echo: argument 'items' must be an array"),
+        ({"text": "x", "obj": []}, "echo: argument 'obj' must be an object"),
+        (["text"], "echo: arguments must be a JSON object"),
+    ],
+)
+@pytest.mark.anyio
+async def test_bad_arguments_name_the_argument(
+    ctx: ToolContext, arguments: Any, message: str
+) -> None:
+    with pytest.raises(ToolError, match=message.replace("(", r"\(")):
+        ECHO.check_arguments(arguments)
+    outcome = await ToolGroupManager({"g": [ECHO]}).toolset(["g"]).call("echo", arguments, ctx)
+    assert not outcome.ok
+    assert outcome.output.startswith(f"error: {message}")
+    assert "echo takes: text (string, required), n (integer)" in outcome.output
+
+
+@pytest.mark.anyio
+async def test_good_arguments_reach_the_tool(ctx: ToolContext) -> None:
+    toolset = ToolGroupManager({"g": [ECHO]}).toolset(["g"])
+    arguments = {"text": "hi", "n": 3.0, "flag": False, "items": [1], "obj": {}}
+    outcome = await toolset.call("echo", arguments, ctx)
+    assert outcome == ToolOutcome(
+        True, "[('flag', False), ('items', [1]), ('n', 3), ('obj', {}), ('text', 'hi')]"
+    )
+    dropped = await toolset.call("echo", {"text": "hi", "n": None}, ctx)
+    assert dropped == ToolOutcome(True, "[('text', 'hi')]")
+
+
+@pytest.mark.anyio
+async def test_tool_errors_and_crashes_become_outcomes(ctx: ToolContext) -> None:
+    toolset = ToolGroupManager({"g": [REFUSE, CRASH]}).toolset(["g"])
+    refused = await toolset.call("refuse", {}, ctx)
+    assert refused == ToolOutcome(False, "error: nope\n  hint: try again")
+    crashed = await toolset.call("crash", {}, ctx)
+    assert crashed == ToolOutcome(
+        False, "error: crash failed: ZeroDivisionError: division by zero"
+    )

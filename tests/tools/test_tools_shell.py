@@ -1,0 +1,202 @@
+"""The bash sandbox with real subprocesses: group kill, env filtering, output caps."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gliding.config.settings import BashSettings, ToolSettings
+from gliding.errors import ToolError
+from gliding.tools.base import ToolContext, ToolGroupManager, builtin_groups
+from gliding.tools.shell import filtered_env, is_secret_name, run_command
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _settings(timeout_s: float = 10.0, cap: int = 32768, **kw: object) -> ToolSettings:
+    return ToolSettings(bash=BashSettings(timeout_s=timeout_s, max_output_bytes=cap), **kw)
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie waiting for a reaper no longer counts."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_all_dead(pids: list[int], within_s: float = 3.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if _alive(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+def _pids(text: str) -> list[int]:
+    return [int(line) for line in text.splitlines() if line.strip().isdigit()]
+
+
+@pytest.mark.anyio
+async def test_exit_code_and_merged_output(tmp_path: Path) -> None:
+    result = await run_command("echo out; echo err >&2; exit 3", tmp_path, _settings())
+    assert result.exit_code == 3
+    assert result.render() == "exit code 3\nout\nerr"
+    quiet = await run_command("true", tmp_path, _settings())
+    assert quiet.render() == "exit code 0\n(no output)"
+
+
+@pytest.mark.anyio
+async def test_cwd_is_workspace_and_stdin_is_empty(tmp_path: Path) -> None:
+    result = await run_command("pwd; cat; echo done", tmp_path, _settings(timeout_s=5))
+    assert result.render() == f"exit code 0\n{os.path.realpath(tmp_path)}\ndone"
+
+
+@pytest.mark.anyio
+async def test_runaway_group_is_killed_with_children(tmp_path: Path) -> None:
+    command = (
+        "sleep 1000 & echo $!\n"
+        "bash -c 'sleep 1000 & echo $!; wait' &\n"
+        "echo $!\n"
+        "( sleep 1000 & echo $! )\n"  # double fork: the subshell exits, sleep is orphaned
+        "sleep 1000\n"
+    )
+    started = time.monotonic()
+    result = await run_command(command, tmp_path, _settings(timeout_s=1))
+    elapsed = time.monotonic() - started
+    assert result.timed_out
+    assert result.exit_code is None
+    assert result.render().startswith("killed after 1s timeout\n")
+    assert elapsed < 1 + 2.0
+    pids = _pids(result.output)
+    assert len(pids) == 4, result.output
+    assert _wait_all_dead(pids) == []
+
+
+@pytest.mark.anyio
+async def test_background_jobs_die_when_command_returns(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = await run_command("sleep 1000 & echo $!", tmp_path, _settings(timeout_s=20))
+    assert time.monotonic() - started < 5
+    assert result.exit_code == 0
+    pids = _pids(result.output)
+    assert len(pids) == 1
+    assert _wait_all_dead(pids) == []
+
+
+@pytest.mark.anyio
+async def test_cancellation_kills_the_group(tmp_path: Path) -> None:
+    command = "sleep 1000 & echo $! > pids; bash -c 'sleep 1000' & echo $! >> pids; wait"
+    with anyio.move_on_after(1) as scope:
+        await run_command(command, tmp_path, _settings(timeout_s=60))
+    assert scope.cancelled_caught
+    pids = _pids((tmp_path / "pids").read_text())
+    assert len(pids) == 2
+    assert _wait_all_dead(pids) == []
+
+
+@pytest.mark.anyio
+async def test_secrets_are_not_inherited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-leak-1")
+    monkeypatch.setenv("MY_SECRET_TOKEN", "leak-2")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak-3")
+    monkeypatch.setenv("GITHUB_TOKEN", "leak-4")
+    monkeypatch.setenv("HARMLESS_VAR", "fine")
+    monkeypatch.setenv("NOT_ALLOWED", "unlisted")
+    settings = _settings(
+        env_allow=("PATH", "HOME", "HARMLESS_VAR", "OPENAI_API_KEY", "MY_SECRET_TOKEN")
+    )
+    result = await run_command("env", tmp_path, settings)
+    assert result.exit_code == 0
+    for leak in ("sk-leak-1", "leak-2", "leak-3", "leak-4", "OPENAI", "SECRET", "unlisted"):
+        assert leak not in result.output
+    names = {line.split("=", 1)[0] for line in result.output.splitlines() if "=" in line}
+    assert "PATH" in names
+    assert "HARMLESS_VAR" in names
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("OPENAI_API_KEY", True),
+        ("anthropic_api_key", True),
+        ("SSH_KEY", True),
+        ("GITHUB_TOKEN", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("DB_PASSWORD", True),
+        ("GOOGLE_APPLICATION_CREDENTIALS", True),
+        ("PATH", False),
+        ("HOME", False),
+        ("KEYBOARD_LAYOUT", False),
+        ("LANG", False),
+    ],
+)
+def test_is_secret_name(name: str, secret: bool) -> None:
+    assert is_secret_name(name) is secret
+
+
+def test_filtered_env_defaults_path() -> None:
+    assert filtered_env(("HOME", "X_TOKEN"), {"HOME": "/h", "X_TOKEN": "t", "Y": "y"}) == {
+        "HOME": "/h",
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+    }
+
+
+@pytest.mark.anyio
+async def test_output_is_capped_with_notice(tmp_path: Path) -> None:
+    result = await run_command("yes | head -c 50000", tmp_path, _settings(cap=1000))
+    assert result.exit_code == 0
+    assert len(result.output) == 1000
+    assert result.cut_bytes == 49000
+    assert result.render().endswith("\n[output cut: 49000 more bytes]")
+
+
+@pytest.mark.anyio
+async def test_flooding_output_is_killed_in_bounded_time(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = await run_command("yes", tmp_path, _settings(timeout_s=30, cap=1024))
+    assert time.monotonic() - started < 10
+    assert result.flooded
+    assert len(result.output) == 1024
+    assert result.cut_bytes > 100 * 1024 - 1024
+    text = result.render()
+    assert text.startswith("killed after more than 102400 bytes of output\ny\ny\n")
+    assert f"[output cut: {result.cut_bytes} more bytes]" in text
+
+
+@pytest.mark.anyio
+async def test_huge_output_within_timeout_is_bounded(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = await run_command(
+        "yes | head -c 50000000", tmp_path, _settings(timeout_s=2, cap=4096)
+    )
+    assert time.monotonic() - started < 2 + 2.0
+    assert result.timed_out or result.flooded
+    assert len(result.output) == 4096
+    assert "[output cut: " in result.render()
+
+
+@pytest.mark.anyio
+async def test_missing_workspace_is_a_tool_error(tmp_path: Path) -> None:
+    with pytest.raises(ToolError, match="does not exist"):
+        await run_command("true", tmp_path / "gone", _settings())
+
+
+@pytest.mark.anyio
+async def test_bash_tool_failure_is_ok_outcome(tmp_path: Path) -> None:
+    toolset = ToolGroupManager(builtin_groups()).toolset(["exec"])
+    ctx = ToolContext(tmp_path, _settings())
+    outcome = await toolset.call("bash", {"command": "echo nope; exit 2"}, ctx)
+    assert outcome.ok
+    assert outcome.output == "exit code 2\nnope"
