@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import structlog
+
 from gliding.agents.roles import RoleSpec
 from gliding.bus.messages import JobEvent
 from gliding.bus.port import Bus
@@ -55,6 +57,8 @@ TRANSITIONS: dict[tuple[State, str], State] = {
     (State.ACT, "finish"): State.FINISHED,
 }
 TERMINAL = frozenset({State.FINISHED, State.TURN_CAP, State.BUDGET, State.FAILED})
+
+log = structlog.get_logger("gliding.agent")
 
 NUDGE = "Reply with one tool call. When your part is done, call finish."
 
@@ -139,8 +143,10 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
         elif state is State.AWAIT_MODEL:
             turns += 1
             n = env.budget.count_turn(role.name)
-            ran = {r.name for r in records if r.ok}
-            may_finish = all(t in ran for t in role.finish_requires) or not work_tools
+            ran = [r.name for r in records if r.ok]
+            may_finish = not work_tools or (
+                all(t in ran for t in role.finish_requires)
+                and len(ran) >= role.finish_min_calls)
             tools = [*work_tools, role.finish] if may_finish else work_tools
             request = LLMRequest(messages=tuple(messages), tools=tuple(tools),
                                  tool_choice="required", meta={"role": role.name, "turn": n})
@@ -148,6 +154,8 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 completion = await env.llm.complete(request)
             except GlidingError as exc:
                 error = f"model call failed: {exc.message}"
+                log.warning("llm.call.failed", job=env.job, role=role.name, turn=n,
+                            error=exc.message)
                 state = transition(state, "error")
                 continue
             iri = str(turn_iri(env.job, role.name, n))
@@ -182,6 +190,9 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             call = completion.message.tool_calls[0]
             n = env.budget.turns[role.name]
             outcome = await env.toolset.call(call.name, call.arguments, env.tool_ctx)
+            if not outcome.ok:
+                log.info("tool.call.failed", job=env.job, role=role.name, turn=n,
+                         tool=call.name, error=_first_line(outcome.output))
             key = call.name + call.arguments_json()
             output = outcome.output
             if outcome.ok and key in seen_calls:
@@ -197,6 +208,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                                          str(turn_iri(env.job, role.name, n))))
             await _progress(env, n, completion, call.name, summaries[-1].summary)
             state = transition(state, "done")
+    log.info("agent.stopped", job=env.job, role=role.name, state=state.value, turns=turns)
     return AgentResult(role.name, state.value, finish, turns, tuple(summaries), tuple(records),
                        error)
 

@@ -38,6 +38,7 @@ class RoleSpec:
     universal_rules: tuple[str, ...] = ()
     examples: tuple[Message, ...] = ()
     finish_requires: tuple[str, ...] = ()  # tools that must have run before finish is offered
+    finish_min_calls: int = 0  # successful tool calls needed before finish is offered
     extra: dict[str, Any] = field(default_factory=dict)
 
     def system_prompt(self) -> str:
@@ -65,6 +66,7 @@ def load_role(name: str, home: Path | None = None) -> RoleSpec:
             universal_rules=_rules(base / "constitutions" / "universal.yaml"),
             examples=_examples(data.get("examples") or [], name),
             finish_requires=tuple(str(t) for t in data.get("finish_requires") or ()),
+            finish_min_calls=int(data.get("finish_min_calls", 0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"roles/{name}.yaml: missing or bad field: {exc}") from exc

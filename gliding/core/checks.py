@@ -14,6 +14,9 @@ class FileExists:
     def describe(self) -> str:
         return f"file {self.path} exists"
 
+    def remedy(self) -> str:
+        return f"Create the file {self.path}"
+
 
 @dataclass(frozen=True)
 class FileContains:
@@ -24,6 +27,9 @@ class FileContains:
     def describe(self) -> str:
         return f"file {self.path} contains {self.text!r}"
 
+    def remedy(self) -> str:
+        return f"Write the file {self.path} containing the text {_quoted(self.text)}"
+
 
 @dataclass(frozen=True)
 class CommandSucceeds:
@@ -33,6 +39,13 @@ class CommandSucceeds:
 
     def describe(self) -> str:
         return f"command `{self.command}` exits 0"
+
+    def remedy(self) -> str:
+        return f"Make the command `{self.command}` exit 0"
+
+
+def _quoted(text: str) -> str:
+    return f'"{text}"' if '"' not in text else repr(text)
 
 
 Check = FileExists | FileContains | CommandSucceeds

@@ -191,7 +191,7 @@ def _chosen_tools(request: LLMRequest) -> list[ToolSpec]:
 def _parse_action(text: str) -> Message:
     """Turn the grammar-constrained JSON into a tool call; a cut-off reply stays plain text."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, strict=False)  # the grammar lets raw newlines into strings
         name = data["tool"]
         arguments = data.get("arguments") or {}
         if not isinstance(name, str) or not isinstance(arguments, dict):

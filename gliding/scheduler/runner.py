@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import structlog
 
 from gliding.agents.loop import AgentEnv, AgentResult, TurnSummary, run_agent
 from gliding.agents.roles import RoleSpec
@@ -38,6 +39,8 @@ from gliding.memory.archive import Archive
 from gliding.scheduler import policy
 from gliding.tools.base import ToolContext, ToolGroupManager
 from gliding.tools.checks import run_checks_on
+
+log = structlog.get_logger("gliding.scheduler")
 
 WRITING_TOOLS = ("write_file", "edit_file")
 
@@ -160,7 +163,7 @@ class JobRunner:
                     return
                 state["plan"] = tuple(plan.steps)
             correction = ""
-            attempt = 0
+            attempt = 0  # corrections in this cycle
             while True:
                 if "DA" in roles:
                     done = await self._ask("DA", cycle, attempt,
@@ -175,15 +178,14 @@ class JobRunner:
                     return
                 state["checks"] = tuple(self._last_checks)
                 state["verified_by"] = "CA" if report.notes != "auto" else "CA (auto)"
-                step = policy.after_check(report.passed, state["corrections"],
-                                          sched.max_corrections)
+                step = policy.after_check(report.passed, attempt, sched.max_corrections)
                 await self._event("check.report", {"passed": report.passed, "next": step,
                                                    "cycle": cycle, "attempt": attempt})
                 if step != "correct" or "DA" not in roles:
                     break
                 state["corrections"] += 1
                 attempt += 1
-                correction = _failures_text(self._last_checks)
+                correction = _correction_text(self._last_checks)
             if "AA" not in roles:
                 return
             passed = all(r.passed for r in state["checks"]) if state["checks"] else None
@@ -250,7 +252,10 @@ class JobRunner:
         job, cycle = self.spec.job, a.cycle
         last_iri = r.summaries[-1].iri if r.summaries else None
         if role == "PA":
-            steps = [str(s) for s in r.finish.get("steps", []) if str(s).strip()]
+            raw = r.finish.get("steps", [])
+            steps = list(dict.fromkeys(" ".join(str(s).split()) for s in
+                                       (raw if isinstance(raw, list) else [raw])))
+            steps = [s for s in steps if s]
             return PlanMsg(job=job, cycle=cycle, steps=steps or [self.spec.goal],
                            turn_iri=last_iri)
         if role == "DA":
@@ -290,12 +295,13 @@ class JobRunner:
                                        feedback) if x)
 
     def _da_text(self, plan: Sequence[str], feedback: str, correction: str) -> str:
+        if correction:  # the failed checks lead, as the goal of this attempt
+            return "\n\n".join(p for p in (
+                correction, f"Original goal: {self.spec.goal}", self._checks_text()) if p)
         parts = [f"Goal: {self.spec.goal}"]
         if plan:
             parts.append("Plan:\n" + "\n".join(f"{i}. {s}" for i, s in enumerate(plan, 1)))
         parts += [self._checks_text(), feedback]
-        if correction:
-            parts.append("A check failed. Fix it.\n" + correction)
         return "\n\n".join(p for p in parts if p)
 
     def _ca_text(self) -> str:
@@ -324,8 +330,17 @@ class JobRunner:
         return tuple(out)
 
     async def _event(self, event: str, data: dict[str, Any]) -> None:
+        log.info(event, job=self.spec.job, **data)
         await self.bus.publish(f"job/{self.spec.job}/events",
                                JobEvent(job=self.spec.job, event=event, data=data))
+
+
+def _correction_text(results: Sequence[CheckResult]) -> str:
+    """DA's goal after a failed check: the remedy of each failure, then CA's evidence."""
+    failed = [r for r in results if not r.passed]
+    goal = "; ".join(r.check.remedy() for r in failed)
+    steps = "\n".join(f"{i}. {r.check.remedy()}" for i, r in enumerate(failed, 1))
+    return f"Goal: {goal}\n\nPlan:\n{steps}\n\nEvidence from CA:\n" + _failures_text(failed)
 
 
 def _failures_text(results: Sequence[CheckResult]) -> str:
