@@ -97,7 +97,7 @@ def load_yaml_with_lines(
             _walk(node, (), lines, yaml.constructor.SafeConstructor(), set(), source, error)
             data = loader.construct_document(node)
         except _SCALAR_ERRORS as exc:  # an explicit tag on a value it cannot build, `!!int x`
-            raise error(_bad_scalar_message(node, source, exc)) from exc
+            raise error(_bad_scalar_message(node, source, exc)) from exc  # type: ignore[arg-type]
         finally:
             loader.dispose()
         if data is None:

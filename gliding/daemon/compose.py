@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -77,7 +78,7 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
     return JobHandle(report, archive_path(settings.data_dir, job), backend.name)
 
 
-async def _forward(events, on_event: Callable[[JobEvent], None]) -> None:  # type: ignore[no-untyped-def]
+async def _forward(events: Any, on_event: Callable[[JobEvent], None]) -> None:
     while True:
         _topic, event = await events.receive()
         on_event(event)

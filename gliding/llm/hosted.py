@@ -101,7 +101,9 @@ def _message(response: Any) -> Message:
             arguments = {"_unparsed": call.function.arguments}
         if not isinstance(arguments, dict):
             arguments = {"_value": arguments}
-        calls.append(ToolCall(id=call.id or f"call-{i}", name=call.function.name, arguments=arguments))
+        calls.append(
+            ToolCall(id=call.id or f"call-{i}", name=call.function.name, arguments=arguments)
+        )
     return Message("assistant", msg.content or "", tuple(calls))
 
 

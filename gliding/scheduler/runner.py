@@ -222,6 +222,8 @@ class JobRunner:
             task_status.started()
             while True:
                 _topic, assignment = await inbox.receive()
+                if not isinstance(assignment, Assignment):
+                    continue  # only assignments are addressed to an agent's inbox
                 answer = await self._act(spec, assignment)
                 await self.bus.publish(f"job/{self.spec.job}/result/{role}", answer)
 

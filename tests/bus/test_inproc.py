@@ -46,19 +46,18 @@ class TestInProcessBus(BusContract):
         with anyio.fail_after(TIMEOUT_S):
             async with (
                 bus.subscribe("gliding/#", max_buffer=10) as roomy,
-                bus.subscribe("gliding/#", max_buffer=1) as tight,
+                bus.subscribe("gliding/#", max_buffer=1) as tight,anyio.create_task_group() as tg
             ):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(bus.publish, "gliding/x", tick(0))
-                    tg.start_soon(bus.publish, "gliding/x", tick(1))
-                    await anyio.wait_all_tasks_blocked()
-                    # both reached the roomy subscriber, one waits on the tight one
-                    assert [(await roomy.receive()).message for _ in range(2)] == [
-                        tick(0),
-                        tick(1),
-                    ]
-                    got = {(await tight.receive()).message.data["n"] for _ in range(2)}
-                    assert got == {0, 1}
+                tg.start_soon(bus.publish, "gliding/x", tick(0))
+                tg.start_soon(bus.publish, "gliding/x", tick(1))
+                await anyio.wait_all_tasks_blocked()
+                # both reached the roomy subscriber, one waits on the tight one
+                assert [(await roomy.receive()).message for _ in range(2)] == [
+                    tick(0),
+                    tick(1),
+                ]
+                got = {(await tight.receive()).message.data["n"] for _ in range(2)}
+                assert got == {0, 1}
 
     async def test_close_wakes_a_waiting_publisher_with_bus_error(self, bus: InProcessBus) -> None:
         outcome: list[BaseException] = []

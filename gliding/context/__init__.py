@@ -1,0 +1,1 @@
+"""Prompt assembly, result routing, compaction and token counting (the context engine)."""

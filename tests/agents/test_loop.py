@@ -1,0 +1,106 @@
+"""The agent step loop: its transition table, finish validation, and role loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gliding.agents.loop import TERMINAL, TRANSITIONS, AgentEnv, State, run_agent, transition
+from gliding.agents.roles import ROLES, load_role, load_roles
+from gliding.bus.inproc import InProcessBus
+from gliding.config.settings import Settings
+from gliding.core.budget import BudgetTracker, Limits
+from gliding.errors import ConfigError
+from gliding.memory.archive import Archive
+from gliding.testing import ScriptedLLM, call
+from gliding.tools.base import ToolContext, ToolGroupManager, builtin_groups
+
+
+def test_every_non_terminal_state_can_reach_a_terminal_one() -> None:
+    for state in State:
+        seen, frontier = {state}, [state]
+        while frontier:
+            current = frontier.pop()
+            for (src, _event), dst in TRANSITIONS.items():
+                if src is current and dst not in seen:
+                    seen.add(dst)
+                    frontier.append(dst)
+        assert seen & TERMINAL, state
+
+
+def test_terminal_states_have_no_way_out() -> None:
+    assert not [key for key in TRANSITIONS if key[0] in TERMINAL]
+
+
+def test_an_event_the_table_does_not_allow_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no transition"):
+        transition(State.ACT, "text")
+
+
+def test_roles_load_with_constitution_rules_numbered() -> None:
+    roles = load_roles()
+    assert set(roles) == set(ROLES)
+    prompt = roles["CA"].system_prompt()
+    assert "U1. " in prompt and "CA1. " in prompt
+    assert roles["CA"].finish_requires == ("run_checks",)
+    assert "write" not in roles["CA"].tool_groups
+
+
+def test_a_malformed_role_file_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "roles").mkdir()
+    (tmp_path / "roles" / "DA.yaml").write_text("name: DA\nprompt: hi\n")
+    with pytest.raises(ConfigError, match="DA.yaml"):
+        load_role("DA", tmp_path)
+
+
+def _env(tmp_path: Path, llm: ScriptedLLM, role: str = "AA") -> AgentEnv:
+    spec = load_role(role)
+    settings = Settings()
+    archive = Archive.open(tmp_path / "data", "job1")
+    return AgentEnv(
+        job="job1", role=spec, llm=llm,
+        toolset=ToolGroupManager(builtin_groups()).toolset(spec.tool_groups),
+        tool_ctx=ToolContext(tmp_path, settings.tools), archive=archive,
+        budget=BudgetTracker(Limits(turns={}), started_at=0.0), bus=InProcessBus(),
+        now=lambda: 0.0, max_turns=3,
+    )
+
+
+def test_a_finish_missing_a_required_field_goes_back_to_the_model(tmp_path: Path) -> None:
+    llm = ScriptedLLM([call("finish", decision="done"),
+                       call("finish", decision="maybe", report="r"),
+                       call("finish", decision="done", report="all good")])
+    env = _env(tmp_path, llm)
+    result = anyio.run(run_agent, env, "Check report: all pass")
+    assert result.status == "finished" and result.turns == 3
+    assert result.finish == {"decision": "done", "report": "all good"}
+    second = llm.requests[1].messages[-1]
+    assert second.role == "tool" and "finish needs: report" in second.content
+    third = llm.requests[2].messages[-1]
+    assert "must be one of done, another_cycle, escalate" in third.content
+    env.archive.close()
+
+
+def test_every_turn_is_archived_and_summarised(tmp_path: Path) -> None:
+    llm = ScriptedLLM([call("write_file", path="a.txt", content="x"),
+                       call("finish", summary="wrote a.txt")])
+    env = _env(tmp_path, llm, "DA")
+    result = anyio.run(run_agent, env, "Goal: write a.txt")
+    assert [s.turn for s in result.summaries] == [1, 2]
+    assert result.summaries[0].summary.startswith('write_file(path="a.txt"')
+    assert result.tools[0].iri == "gliding://job/job1/result/DA-1-0"
+    assert env.archive.get(result.tools[0].iri).content == b"wrote 1 bytes to a.txt"
+    assert {i.iri for i in env.archive.list(kind="turn")} == {
+        "gliding://job/job1/turn/DA/1", "gliding://job/job1/turn/DA/2"}
+    env.archive.close()
+
+
+def test_da_is_not_offered_finish_before_it_did_something(tmp_path: Path) -> None:
+    llm = ScriptedLLM([call("list_dir", path="."), call("finish", summary="looked")])
+    env = _env(tmp_path, llm, "DA")
+    anyio.run(run_agent, env, "Goal: look")
+    assert "finish" not in [t.name for t in llm.requests[0].tools]
+    assert "finish" in [t.name for t in llm.requests[1].tools]
+    env.archive.close()
