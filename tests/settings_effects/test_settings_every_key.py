@@ -1,0 +1,69 @@
+"""Every key of Settings has a test in this folder that changes it and sees the effect.
+
+Adding a key to ``gliding/config/settings.py`` fails this test until the key's effect test is
+written and listed here.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from gliding.config.loader import settings_keys
+
+PACKAGE = "tests.settings_effects"
+
+EFFECT_TESTS: dict[str, list[str]] = {
+    "data_dir": ["test_settings_general.test_data_dir_is_where_the_archive_lands",
+                 "test_settings_general.test_data_dir_default_is_dot_gliding_in_the_cwd",
+                 "test_settings_general.test_data_dir_from_the_cli_environment"],
+    "log_level": ["test_settings_general.test_log_level_warning_drops_info_lines",
+                  "test_settings_general.test_log_level_error_drops_warnings_too",
+                  "test_settings_general.test_log_level_debug_keeps_info_lines"],
+    "log_format": [
+        "test_settings_general.test_log_level_info_and_format_json_give_json_lines_of_the_whole_job",
+        "test_settings_general.test_log_format_console_from_the_config_file_is_for_people",
+        "test_settings_general.test_log_format_json_from_the_config_file"],
+    "llm.model": ["test_settings_llm.test_llm_model_is_used_when_the_task_names_none"],
+    "llm.timeout_s": ["test_settings_llm.test_llm_timeout_s_makes_a_slow_hosted_call_fail_fast",
+                      "test_settings_llm.test_llm_timeout_s_long_enough_lets_a_slow_call_finish"],
+    "llm.local.model_path": [
+        "test_settings_llm.test_local_model_path_that_does_not_exist_is_an_llm_error_naming_it",
+        "test_settings_llm.test_local_model_path_is_the_file_that_is_loaded"],
+    "llm.local.n_ctx": ["test_settings_llm.test_local_n_ctx_is_the_loaded_context_window"],
+    "llm.local.n_threads": ["test_settings_llm.test_local_n_threads_is_the_thread_count_llama_uses"],
+    "llm.local.temperature": [
+        "test_settings_llm.test_local_temperature_zero_is_repeatable_whatever_the_seed",
+        "test_settings_llm.test_local_temperature_and_seed_sample_differently"],
+    "llm.local.max_tokens": ["test_settings_llm.test_local_max_tokens_caps_the_completion"],
+    "llm.local.seed": ["test_settings_llm.test_local_temperature_and_seed_sample_differently"],
+    "tools.read_page_lines": [
+        "test_settings_tools.test_read_page_lines_sets_the_page_read_file_returns"],
+    "tools.grep_max_matches": [
+        "test_settings_tools.test_grep_max_matches_caps_the_matches_grep_returns"],
+    "tools.env_allow": ["test_settings_tools.test_env_allow_is_the_list_of_variables_bash_sees"],
+    "tools.bash.timeout_s": ["test_settings_tools.test_bash_timeout_s_kills_a_slow_command"],
+    "tools.bash.max_output_bytes": [
+        "test_settings_tools.test_bash_max_output_bytes_cuts_the_output"],
+    "scheduler.max_corrections": [
+        "test_settings_scheduler.test_max_corrections_bounds_how_often_ca_sends_da_back"],
+    "scheduler.max_cycles": ["test_settings_scheduler.test_max_cycles_bounds_the_pdca_cycles"],
+    "scheduler.simple_goal_max_words": [
+        "test_settings_scheduler.test_simple_goal_max_words_picks_the_auto_pipeline"],
+}
+
+
+def test_every_settings_key_has_an_effect_test() -> None:
+    keys = {".".join(path) for path in settings_keys()}
+
+    assert sorted(keys - set(EFFECT_TESTS)) == [], "keys without an effect test"
+    assert sorted(set(EFFECT_TESTS) - keys) == [], "effect tests for keys that no longer exist"
+
+
+@pytest.mark.parametrize("key", sorted(EFFECT_TESTS))
+def test_the_listed_effect_tests_exist(key: str) -> None:
+    for name in EFFECT_TESTS[key]:
+        module, function = name.split(".")
+        assert callable(getattr(importlib.import_module(f"{PACKAGE}.{module}"), function, None)), \
+            name

@@ -1,0 +1,153 @@
+"""tools.*: each key, set through GLIDING_* variables, changes what a tool called inside a job
+returns (read back from the job's archive); the default is the control."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gliding.config.settings import Settings
+from tests.settings_effects.effects_support import run_one_tool, settings_from
+
+DEFAULTS = Settings().tools
+
+
+@pytest.fixture
+def tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "workspace").mkdir()
+    return tmp_path
+
+
+# --- tools.read_page_lines --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "header", "more"),
+    [
+        ({}, "lines.txt lines 1-30 of 30\n", None),
+        ({"GLIDING_TOOLS__READ_PAGE_LINES": "7"}, "lines.txt lines 1-7 of 30\n",
+         "... 23 more lines; call read_file with offset=8"),
+    ],
+    ids=["default", "7"],
+)
+def test_read_page_lines_sets_the_page_read_file_returns(
+    tmp: Path, env: dict[str, str], header: str, more: str | None
+) -> None:
+    (tmp / "workspace" / "lines.txt").write_text(
+        "".join(f"line {i}\n" for i in range(1, 31)), encoding="utf-8")
+    settings = settings_from(tmp, env)
+
+    output = run_one_tool(tmp, settings, "read_file", path="lines.txt")
+
+    assert output.startswith(header)
+    shown = [line for line in output.splitlines() if line.startswith("line ")]
+    if more is None:
+        assert len(shown) == 30 <= DEFAULTS.read_page_lines
+    else:
+        assert shown == [f"line {i}" for i in range(1, 8)]
+        assert output.endswith(more)
+
+
+# --- tools.grep_max_matches -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "shown"),
+    [({}, 20), ({"GLIDING_TOOLS__GREP_MAX_MATCHES": "3"}, 3)],
+    ids=["default", "3"],
+)
+def test_grep_max_matches_caps_the_matches_grep_returns(
+    tmp: Path, env: dict[str, str], shown: int
+) -> None:
+    (tmp / "workspace" / "m.txt").write_text(
+        "".join(f"match {i}\nother\n" for i in range(20)), encoding="utf-8")
+    settings = settings_from(tmp, env)
+
+    output = run_one_tool(tmp, settings, "grep", pattern="^match")
+
+    lines = output.splitlines()
+    assert [line for line in lines if line.startswith("m.txt:")] == [
+        f"m.txt:{2 * i + 1}:match {i}" for i in range(shown)]
+    if shown < 20:
+        assert lines[-1] == (
+            f"... {20 - shown} more matches not shown; narrow the pattern, path or glob")
+    else:
+        assert DEFAULTS.grep_max_matches >= 20
+
+
+# --- tools.env_allow --------------------------------------------------------------------------
+
+PROBE = 'echo "probe=${GLIDE_PROBE:-unset} home=${HOME:-unset} token=${GLIDE_TOKEN:-unset}"'
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "probe=unset home={home} token=unset"),
+        ({"GLIDING_TOOLS__ENV_ALLOW": "PATH,GLIDE_PROBE,GLIDE_TOKEN"},
+         "probe=probe-value home=unset token=unset"),
+        ({"GLIDING_TOOLS__ENV_ALLOW": "PATH,HOME,GLIDE_PROBE"},
+         "probe=probe-value home={home} token=unset"),
+    ],
+    ids=["default", "probe_without_home", "probe_and_home"],
+)
+def test_env_allow_is_the_list_of_variables_bash_sees(
+    tmp: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
+) -> None:
+    monkeypatch.setenv("GLIDE_PROBE", "probe-value")
+    monkeypatch.setenv("GLIDE_TOKEN", "s3cret")  # looks like a secret: never passed on
+    monkeypatch.setenv("HOME", str(tmp))
+    settings = settings_from(tmp, env)
+
+    output = run_one_tool(tmp, settings, "bash", command=PROBE)
+
+    assert output.splitlines() == ["exit code 0", expected.format(home=tmp)]
+
+
+# --- tools.bash.timeout_s ---------------------------------------------------------------------
+
+
+def test_bash_timeout_s_kills_a_slow_command(tmp: Path) -> None:
+    settings = settings_from(tmp, {"GLIDING_TOOLS__BASH__TIMEOUT_S": "0.5"})
+    assert DEFAULTS.bash.timeout_s > 5
+
+    started = time.monotonic()
+    output = run_one_tool(tmp, settings, "bash", command="echo begun; sleep 5; echo finished")
+    elapsed = time.monotonic() - started
+
+    assert output.splitlines() == ["killed after 0.5s timeout", "begun"]
+    assert elapsed < 4, elapsed
+
+
+def test_bash_timeout_s_lets_a_command_that_is_fast_enough_finish(tmp: Path) -> None:
+    settings = settings_from(tmp, {"GLIDING_TOOLS__BASH__TIMEOUT_S": "5"})
+
+    output = run_one_tool(tmp, settings, "bash", command="sleep 0.7; echo finished")
+
+    assert output.splitlines() == ["exit code 0", "finished"]
+
+
+# --- tools.bash.max_output_bytes --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "kept"),
+    [({}, 5000), ({"GLIDING_TOOLS__BASH__MAX_OUTPUT_BYTES": "300"}, 300)],
+    ids=["default", "300"],
+)
+def test_bash_max_output_bytes_cuts_the_output(tmp: Path, env: dict[str, str], kept: int) -> None:
+    settings = settings_from(tmp, env)
+    assert DEFAULTS.bash.max_output_bytes > 5000
+
+    output = run_one_tool(tmp, settings, "bash", command="head -c 5000 /dev/zero | tr '\\0' a")
+
+    lines = output.splitlines()
+    assert lines[0] == "exit code 0"
+    assert lines[1] == "a" * kept
+    if kept < 5000:
+        assert lines[2:] == [f"[output cut: {5000 - kept} more bytes]"]
+    else:
+        assert lines[2:] == []
