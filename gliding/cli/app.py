@@ -116,11 +116,16 @@ def memory_show(
     meta: bool = typer.Option(False, "--meta", help="Print the entry's metadata, not content."),
 ) -> None:
     """Print an archived item back, byte-exact."""
-    from gliding.errors import GlidingError
+    from gliding.core.iri import parse_iri
+    from gliding.errors import GlidingError, IRIError
     from gliding.memory.archive import open_for_iri
 
     try:
         settings = _settings({"data_dir": str(data_dir)} if data_dir else {})
+        parsed_iri = parse_iri(iri)
+        if parsed_iri.kind is None:
+            raise IRIError(f"{iri} names a job, not an archived item",
+                           hint="add the item, e.g. /turn/DA/1 or /result/DA-1-0")
         archive, parsed = open_for_iri(settings.data_dir, iri)
         with archive:
             item = archive.get(str(parsed))

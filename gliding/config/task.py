@@ -109,14 +109,15 @@ def load_task(path: Path) -> Task:
     line = lines.get(("workspace",), lines[()])
     try:
         workspace = (path.parent / Path(spec.workspace).expanduser()).resolve()
-        is_file = workspace.exists() and not workspace.is_dir()
+        existing = next(p for p in (workspace, *workspace.parents) if p.exists())
+        is_file = not existing.is_dir()
     except (OSError, RuntimeError) as exc:  # no such ~user, a symlink loop, no permission
         raise TaskFileError(
             f"{source}:{line}: workspace: cannot use {spec.workspace!r}: {exc}"
         ) from exc
     if is_file:
         raise TaskFileError(
-            f"{source}:{line}: workspace: {workspace} exists and is not a directory",
+            f"{source}:{line}: workspace: {existing} exists and is not a directory",
             hint="point workspace at a directory, or at a path that does not exist yet",
         )
     turns = spec.budgets.turns

@@ -66,7 +66,10 @@ def parse_iri(text: str) -> IRI:
     segments = rest.split("/")
     if len(segments) < 2 or segments[0] != "job":
         raise IRIError(f"not a Gliding IRI: {text!r}", hint="expected gliding://job/<job>/...")
-    job = _check_job(segments[1])
+    try:
+        job = _check_job(segments[1])
+    except IRIError as exc:
+        raise IRIError(f"{exc.message} in IRI {text!r}", hint=exc.hint) from None
     if len(segments) == 2:
         return IRI(job)
     kind = segments[2]

@@ -57,13 +57,16 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
     roles = load_roles()
     clock = clock or SystemClock()
     job = job_id or new_job_id(clock.now())
-    task.workspace.mkdir(parents=True, exist_ok=True)
     spec = JobSpec(job=job, goal=task.goal, workspace=task.workspace.resolve(),
                    checks=tuple(task.checks), pipeline=task.pipeline,
                    limits=Limits(turns=dict(task.turns), prompt_tokens=task.prompt_tokens,
                                  cost_usd=task.cost_usd, wall_time_s=task.wall_time_s))
     bus = InProcessBus()
-    with Archive.open(settings.data_dir, job) as archive:
+    with Archive.open(settings.data_dir, job) as archive:  # first: a bad data dir writes nothing
+        try:
+            task.workspace.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create workspace {task.workspace}: {exc}") from exc
         archive.set_meta("task", str(task.source))
         archive.set_meta("model", backend.name)
         runner = JobRunner(spec, settings=settings, llm=backend, archive=archive, bus=bus,

@@ -60,6 +60,7 @@ class HostedLLM:
             "model": self._model,
             "messages": [m.to_openai() for m in request.messages],
             "timeout": self._timeout,
+            "num_retries": 0,  # timeout_s bounds the whole call; the job's budgets decide retries
         }
         if request.tools:
             kwargs["tools"] = [t.to_openai() for t in request.tools]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -130,10 +131,12 @@ class LocalLLM:
                     "llama-cpp-python is not installed", hint="run scripts/setup.sh"
                 ) from exc
             try:
+                threads = self._settings.n_threads or os.cpu_count() or 1
                 self._llama = Llama(
                     model_path=str(path),
                     n_ctx=self._settings.n_ctx,
-                    n_threads=self._settings.n_threads,
+                    n_threads=threads,
+                    n_threads_batch=threads,
                     seed=self._settings.seed,
                     verbose=False,
                 )

@@ -75,6 +75,39 @@ def test_task_file_that_is_not_utf8_is_exit_2(tmp_path: Path) -> None:
     assert tree(tmp_path) == {"task.yaml"}
 
 
+def test_scripted_model_on_the_command_line_is_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "task.yaml").write_text(VALID_TASK, encoding="utf-8")
+
+    result = run_in(tmp_path, "run", "task.yaml", "--model", "scripted", "--data-dir", "data")
+
+    assert_usage_error(result, "the scripted model exists for tests only", "hint: ")
+    assert tree(tmp_path) == {"task.yaml"}
+
+
+def test_workspace_below_a_file_is_exit_2_without_traceback(tmp_path: Path) -> None:
+    (tmp_path / "task.yaml").write_text(
+        "goal: x\nworkspace: task.yaml/sub\nmodel: local:/nonexistent/m.gguf\n", encoding="utf-8")
+
+    result = run_in(tmp_path, "run", "task.yaml", "--data-dir", "data", "-q")
+
+    assert "Traceback" not in result.stderr
+    assert_usage_error(result, "workspace")
+    assert tree(tmp_path) == {"task.yaml"}
+
+
+def test_unusable_data_dir_leaves_no_workspace_behind(tmp_path: Path) -> None:
+    (tmp_path / "task.yaml").write_text(
+        "goal: x\nmodel: local:/nonexistent/m.gguf\n", encoding="utf-8")
+    (tmp_path / "a-file").write_text("not a directory", encoding="utf-8")
+
+    result = run_in(tmp_path, "run", "task.yaml", "--data-dir", "a-file", "-q")
+
+    assert result.code != 0, result
+    assert "cannot create archive directory" in result.stderr, result
+    assert "Traceback" not in result.stderr
+    assert tree(tmp_path) == {"task.yaml", "a-file"}
+
+
 # --- configuration ----------------------------------------------------------------------------
 
 

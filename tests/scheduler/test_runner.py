@@ -11,11 +11,11 @@ import anyio
 from gliding.config.loader import load_settings
 from gliding.config.task import Task
 from gliding.core.checks import FileContains
+from gliding.core.messages import Message
 from gliding.daemon.compose import JobHandle, run_job
 from gliding.llm.port import LLMRequest
 from gliding.memory.archive import Archive
 from gliding.testing import ScriptedLLM, call
-from gliding.core.messages import Message
 
 
 def make_task(tmp: Path, **changes: Any) -> Task:

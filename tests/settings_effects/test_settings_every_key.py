@@ -32,11 +32,13 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_llm.test_local_model_path_that_does_not_exist_is_an_llm_error_naming_it",
         "test_settings_llm.test_local_model_path_is_the_file_that_is_loaded"],
     "llm.local.n_ctx": ["test_settings_llm.test_local_n_ctx_is_the_loaded_context_window"],
-    "llm.local.n_threads": ["test_settings_llm.test_local_n_threads_is_the_thread_count_llama_uses"],
+    "llm.local.n_threads": [
+        "test_settings_llm.test_local_n_threads_is_the_thread_count_llama_uses"],
     "llm.local.temperature": [
         "test_settings_llm.test_local_temperature_zero_is_repeatable_whatever_the_seed",
         "test_settings_llm.test_local_temperature_and_seed_sample_differently"],
-    "llm.local.max_tokens": ["test_settings_llm.test_local_max_tokens_caps_the_completion"],
+    "llm.local.max_tokens": ["test_settings_llm.test_local_max_tokens_caps_the_completion",
+                             "test_settings_llm.test_local_temperature_zero_is_repeatable_whatever_the_seed"],
     "llm.local.seed": ["test_settings_llm.test_local_temperature_and_seed_sample_differently"],
     "tools.read_page_lines": [
         "test_settings_tools.test_read_page_lines_sets_the_page_read_file_returns"],
