@@ -15,9 +15,10 @@ ledger, and a one-line summary per turn is kept for the report and for later con
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -26,6 +27,9 @@ import structlog
 from gliding.agents.roles import RoleSpec
 from gliding.bus.messages import JobEvent
 from gliding.bus.port import Bus
+from gliding.config.settings import ContextSettings
+from gliding.context.engine import ContextEngine
+from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker
 from gliding.core.iri import result_iri, turn_iri
 from gliding.core.messages import Completion, Message, ToolCall
@@ -97,6 +101,10 @@ class AgentResult:
     summaries: tuple[TurnSummary, ...]
     tools: tuple[ToolRecord, ...]
     error: str | None = None
+    prompt_tokens: int = 0  # Σ cl100k tokens of the prompts the context engine built
+    baseline_tokens: int = 0  # Σ of the same prompts had every message been appended as is
+    compactions: int = 0
+    archived_results: int = 0
 
 
 @dataclass
@@ -113,16 +121,23 @@ class AgentEnv:
     bus: Bus
     now: Callable[[], float]
     max_turns: int
+    context: ContextSettings
+    counter: TokenCounter
     extra_system: str = ""
-    history: list[Message] = field(default_factory=list)
 
 
 async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     """Drive one role until it finishes, hits its turn cap or budget, or the model fails."""
     role = env.role
-    system = role.system_prompt() + (("\n\n" + env.extra_system) if env.extra_system else "")
-    messages: list[Message] = [Message("system", system), *role.examples,
-                               Message("user", assignment)]
+    system = "\n\n".join(x for x in (role.system_prompt(), memory_note(env.context),
+                                      env.extra_system) if x)
+    engine = ContextEngine(env.context, env.counter,
+                           [Message("system", system), *role.examples,
+                            Message("user", assignment)])
+    tool_ctx = dataclasses.replace(env.tool_ctx, extra={
+        **env.tool_ctx.extra,
+        "recall": lambda query: _recall_text(engine, query),
+    })
     work_tools = env.toolset.specs()
     state, turns, finish = State.PROMPT, 0, {}
     summaries: list[TurnSummary] = []
@@ -148,8 +163,11 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 all(t in ran for t in role.finish_requires)
                 and len(ran) >= role.finish_min_calls)
             tools = [*work_tools, role.finish] if may_finish else work_tools
-            request = LLMRequest(messages=tuple(messages), tools=tuple(tools),
-                                 tool_choice="required", meta={"role": role.name, "turn": n})
+            prompt = engine.prompt(assignment)
+            request = LLMRequest(messages=tuple(prompt), tools=tuple(tools),
+                                 tool_choice="required",
+                                 meta={"role": role.name, "turn": n,
+                                       "cache_breakpoints": engine.breakpoints(prompt)})
             try:
                 completion = await env.llm.complete(request)
             except GlidingError as exc:
@@ -161,12 +179,12 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             iri = str(turn_iri(env.job, role.name, n))
             _archive_turn(env, iri, n, request, completion)
             env.budget.record(role.name, completion.usage)
-            reply = completion.message
-            messages.append(reply)
-            calls = reply.tool_calls[:1]  # one call per turn keeps small models on rails
+            calls = completion.message.tool_calls[:1]  # one call a turn keeps small models on rails
+            reply = Message("assistant", completion.message.content, calls)
+            engine.add(reply, iri=iri)
             if not calls:
                 summaries.append(TurnSummary(role.name, n, _clip(reply.content or "(empty)"), iri))
-                messages.append(Message("user", NUDGE))
+                engine.add(Message("user", NUDGE), iri=iri)
                 await _progress(env, n, completion, "text", summaries[-1].summary)
                 state = transition(state, "text")
                 continue
@@ -179,7 +197,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                     await _progress(env, n, completion, "finish", summaries[-1].summary)
                     state = transition(state, "finish")
                     continue
-                messages.append(Message("tool", f"error: {problem}", (), call.id, "finish"))
+                engine.add(Message("tool", f"error: {problem}", (), call.id, "finish"), iri=iri)
                 summaries.append(TurnSummary(role.name, n, _describe(call, problem), iri))
                 await _progress(env, n, completion, "finish", summaries[-1].summary)
                 state = transition(state, "text")
@@ -189,7 +207,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             assert completion is not None
             call = completion.message.tool_calls[0]
             n = env.budget.turns[role.name]
-            outcome = await env.toolset.call(call.name, call.arguments, env.tool_ctx)
+            outcome = await env.toolset.call(call.name, call.arguments, tool_ctx)
             if not outcome.ok:
                 log.info("tool.call.failed", job=env.job, role=role.name, turn=n,
                          tool=call.name, error=_first_line(outcome.output))
@@ -203,14 +221,32 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                             meta={"tool": call.name, "arguments": call.arguments,
                                   "ok": outcome.ok, "role": role.name, "turn": n})
             records.append(ToolRecord(call.name, call.arguments, outcome.ok, output, res_iri))
-            messages.append(Message("tool", output, (), call.id, call.name))
+            engine.add(Message("tool", output, (), call.id, call.name), iri=res_iri, tool=call.name)
             summaries.append(TurnSummary(role.name, n, _describe(call, _first_line(output)),
                                          str(turn_iri(env.job, role.name, n))))
             await _progress(env, n, completion, call.name, summaries[-1].summary)
             state = transition(state, "done")
     log.info("agent.stopped", job=env.job, role=role.name, state=state.value, turns=turns)
+    stats = engine.stats
     return AgentResult(role.name, state.value, finish, turns, tuple(summaries), tuple(records),
-                       error)
+                       error, stats.prompt_tokens, stats.baseline_tokens, stats.compactions,
+                       stats.archived_results)
+
+
+def memory_note(settings: ContextSettings) -> str:
+    """What the system prompt says about archived results: the numbers the code uses."""
+    r = settings.tool_result_iri
+    return (f"Memory: a tool result over {r.threshold} bytes is archived and shown as a summary "
+            f"of at most {r.preview_size} bytes with its IRI. Read it back with "
+            "read_result(iri, offset, limit) or grep_result(iri, pattern); recall(query) finds "
+            "earlier turns that left the prompt.")
+
+
+def _recall_text(engine: ContextEngine, query: str) -> str:
+    found = engine.recall(query)
+    if not found:
+        return f"no earlier turn matches {query!r}"
+    return "\n".join(f"#{e.turn} {e.role}: {e.summary} <{e.iri}>" for e in found)
 
 
 def _archive_turn(env: AgentEnv, iri: str, n: int, request: LLMRequest, c: Completion) -> None:

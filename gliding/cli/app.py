@@ -20,8 +20,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Gliding: run teams of LLM agents (Plan, Do, Check, Act) on a task.")
 config_app = typer.Typer(no_args_is_help=True, help="Inspect the configuration.")
 memory_app = typer.Typer(no_args_is_help=True, help="Read the archive (L0) back.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (JSON output).")
 app.add_typer(config_app, name="config")
 app.add_typer(memory_app, name="memory")
+app.add_typer(bench_app, name="bench")
 
 _state: dict[str, Any] = {"config": None}
 
@@ -140,6 +142,37 @@ def memory_show(
     assert item.content is not None
     sys.stdout.buffer.write(item.content)
     sys.stdout.buffer.flush()
+
+
+@bench_app.command("context")
+def bench_context(
+    trajectories: Path = typer.Argument(..., help="JSON-lines file of agent trajectories."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
+    png: Path | None = typer.Option(None, "--png", help="Plot (default: next to --out)."),
+) -> None:
+    """Replay trajectories through naive, obs_mask, compact_recent and gliding contexts."""
+    from gliding.errors import GlidingError
+
+    try:
+        from gliding.bench.context import plot_png, run_bench
+
+        settings = _settings()
+        result = run_bench(trajectories, settings=settings.context,
+                           progress=lambda line: typer.echo(line, err=True))
+        text = json.dumps(result, indent=2)
+        if out:
+            out.write_text(text + "\n", encoding="utf-8")
+        picture = png or (out.with_suffix(".png") if out else None)
+        if picture:
+            plot_png(result, picture)
+            result["png"] = str(picture)
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    summary = {name: {k: v for k, v in s.items() if k != "per_trajectory"}
+               for name, s in result["strategies"].items()}
+    typer.echo(json.dumps({"trajectories": result["trajectories"], "strategies": summary},
+                          indent=2) if out else text)
 
 
 def main() -> None:

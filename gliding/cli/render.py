@@ -53,6 +53,12 @@ def report_dict(report: JobReport, *, archive: str, model: str) -> dict[str, Any
         "artifacts": [{"path": p, "iri": i} for p, i in report.artifacts],
         "turns": [{"role": t.role, "turn": t.turn, "summary": t.summary, "iri": t.iri}
                   for t in report.turns],
+        "context": {
+            "prompt_tokens": sum(v[0] for v in report.context_tokens.values()),
+            "append_only_baseline_tokens": sum(v[1] for v in report.context_tokens.values()),
+            "by_role": {r: {"prompt_tokens": v[0], "append_only_baseline_tokens": v[1]}
+                        for r, v in report.context_tokens.items()},
+        },
         "wall_s": round(report.wall_s, 3),
         "archive": archive,
     }
@@ -84,6 +90,11 @@ def report_text(d: dict[str, Any]) -> str:
     t = d["total"]
     lines.append(f"  {'all':4} {'':>5} {t['prompt_tokens']:>8} {t['completion_tokens']:>10} "
                  f"{t['cached_tokens']:>7} {t['cost_usd']:>9.4f}")
+    ctx = d["context"]
+    if ctx["append_only_baseline_tokens"]:
+        saved = 1 - ctx["prompt_tokens"] / ctx["append_only_baseline_tokens"]
+        lines.append(f"Prompt tokens (cl100k, all calls): {ctx['prompt_tokens']} vs "
+                     f"{ctx['append_only_baseline_tokens']} append-only ({saved:.0%} saved)")
     if d["artifacts"]:
         lines.append("Artifacts:")
         lines += [f"  {a['path']}  {a['iri']}" for a in d["artifacts"]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -51,6 +51,41 @@ class SchedulerSettings(_Section):
     simple_goal_max_words: int = Field(12, ge=0)  # pipeline auto: goals this short go to DA
 
 
+class ToolResultIRISettings(_Section):
+    threshold: int = Field(2048, ge=128)  # bytes; a larger tool result is archived + summarised
+    preview_size: int = Field(1024, ge=128)  # bytes the summary + IRI may take in the prompt
+
+
+class WindowSettings(_Section):
+    target_tokens: int = Field(4000, ge=200)  # the prompt size batch compaction aims at
+    high_water: float = Field(0.8, gt=0, le=1)  # compact when the prompt passes this share
+    low_water: float = Field(0.5, gt=0, lt=1)  # ... down to this share of target_tokens
+    max_tokens: int = Field(16000, ge=500)  # hard ceiling: never a larger prompt
+    max_messages: int = Field(60, ge=2)  # live messages after the history blocks, at most
+    keep_recent: int = Field(2, ge=1)  # newest messages always kept verbatim
+
+    @model_validator(mode="after")
+    def _low_below_high(self) -> WindowSettings:
+        if self.low_water >= self.high_water:
+            raise ValueError("low_water must be below high_water")
+        return self
+
+
+class SummarySettings(_Section):
+    budget_tokens: int = Field(800, ge=50)  # the L1 history blocks' token budget
+    beta: float = Field(0.5, ge=0, le=1)  # weight of relevance against recency and cheapness
+    w_recency: float = Field(0.7, ge=0)  # weight of recency within (1 - beta)
+    w_cost: float = Field(0.3, ge=0)  # weight of cheapness (few tokens) within (1 - beta)
+
+
+class ContextSettings(_Section):
+    tokenizer: str = "cl100k_base"  # tiktoken encoding used to count prompt tokens
+    cache_breakpoints: int = Field(4, ge=0, le=4)  # Anthropic cache_control marks per prompt
+    tool_result_iri: ToolResultIRISettings = ToolResultIRISettings()
+    window: WindowSettings = WindowSettings()
+    summaries: SummarySettings = SummarySettings()
+
+
 class Settings(_Section):
     data_dir: Path = Path(".gliding")  # job archives live under <data_dir>/jobs/<job>/
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
@@ -58,6 +93,7 @@ class Settings(_Section):
     llm: LLMSettings = LLMSettings()
     tools: ToolSettings = ToolSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
+    context: ContextSettings = ContextSettings()
 
     @field_validator("data_dir", mode="before")
     @classmethod

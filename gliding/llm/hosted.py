@@ -58,7 +58,9 @@ class HostedLLM:
         litellm = _litellm()
         kwargs: dict[str, Any] = {
             "model": self._model,
-            "messages": [m.to_openai() for m in request.messages],
+            "messages": with_cache_control([m.to_openai() for m in request.messages],
+                                           request.meta.get("cache_breakpoints") or (),
+                                           self._model),
             "timeout": self._timeout,
             "num_retries": 0,  # timeout_s bounds the whole call; the job's budgets decide retries
         }
@@ -90,6 +92,31 @@ class HostedLLM:
             latency_s=latency,
             model=self._model,
         )
+
+
+ANTHROPIC_MAX_BREAKPOINTS = 4
+
+
+def is_anthropic(model: str) -> bool:
+    name = model.lower()
+    return name.startswith(("anthropic/", "claude", "bedrock/anthropic", "vertex_ai/claude"))
+
+
+def with_cache_control(messages: list[dict[str, Any]], breakpoints: Any,
+                      model: str) -> list[dict[str, Any]]:
+    """Anthropic models: mark the messages at ``breakpoints`` (at most 4) with
+    ``cache_control: ephemeral``; every other provider gets the messages unchanged."""
+    if not is_anthropic(model) or not breakpoints:
+        return messages
+    marks = sorted({int(i) for i in breakpoints if 0 <= int(i) < len(messages)})
+    out = list(messages)
+    for i in marks[-ANTHROPIC_MAX_BREAKPOINTS:]:
+        msg = dict(out[i])
+        text = msg.get("content") or ""
+        msg["content"] = [{"type": "text", "text": text,
+                           "cache_control": {"type": "ephemeral"}}]
+        out[i] = msg
+    return out
 
 
 def _message(response: Any) -> Message:

@@ -29,6 +29,7 @@ from gliding.bus.messages import (
 )
 from gliding.bus.port import Bus
 from gliding.config.settings import Settings
+from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker, Limits
 from gliding.core.checks import Check, CheckResult
 from gliding.core.clock import Clock, SystemClock
@@ -80,6 +81,7 @@ class JobReport:
     stopped: str | None
     wall_s: float
     total: Usage = field(default_factory=Usage)
+    context_tokens: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class JobRunner:
@@ -101,7 +103,13 @@ class JobRunner:
         self.written: dict[str, str] = {}  # path -> IRI of the result that wrote it
         self.stopped: str | None = None
         self.stop_reason: str | None = None
-        self._tool_ctx = ToolContext(spec.workspace, settings.tools, {"checks": spec.checks})
+        self._tool_ctx = ToolContext(spec.workspace, settings.tools, {
+            "checks": spec.checks,
+            "read_archived": self._read_archived,
+            "iri_base": f"gliding://job/{spec.job}/",
+        })
+        self.counter = TokenCounter(settings.context.tokenizer)
+        self.context_tokens: dict[str, list[int]] = {}  # role -> [engine tokens, baseline]
         self._last_checks: list[CheckResult] = []
 
     # ---- the supervisor ---------------------------------------------------------------
@@ -147,6 +155,7 @@ class JobRunner:
                         for r in dict.fromkeys(choice.roles)),
             artifacts=artifacts, turns=tuple(self.turns), stopped=self.stop_reason,
             wall_s=self.clock.monotonic() - started, total=self.budget.usage,
+            context_tokens={r: (v[0], v[1]) for r, v in self.context_tokens.items()},
         )
         await self._event("job.finished", {"outcome": out})
         return report
@@ -237,11 +246,15 @@ class JobRunner:
             archive=self.archive, budget=self.budget, bus=self.bus,
             now=self.clock.monotonic, max_turns=self.spec.limits.turns.get(spec.name,
                                                                          spec.max_turns),
+            context=self.settings.context, counter=self.counter,
         )
         await self._event("role.started", {"role": spec.name, "cycle": a.cycle,
                                            "attempt": a.attempt})
         result = await run_agent(env, a.instructions)
         self.turns.extend(result.summaries)
+        spent = self.context_tokens.setdefault(spec.name, [0, 0])
+        spent[0] += result.prompt_tokens
+        spent[1] += result.baseline_tokens
         if result.status == "budget":
             self.stopped, self.stop_reason = "budget", result.error
         elif result.status == "failed":
@@ -318,6 +331,10 @@ class JobRunner:
         return "\n".join(lines)
 
     # ---- bookkeeping ------------------------------------------------------------------
+    def _read_archived(self, iri: str) -> str:
+        item = self.archive.get(iri)
+        return (item.content or b"").decode("utf-8", errors="replace")
+
     def _archive_artifacts(self) -> tuple[tuple[str, str], ...]:
         out = []
         for path in sorted(self.written):

@@ -207,9 +207,10 @@ def _add(chosen: dict[str, Tool], tool: Tool) -> None:
 
 
 def builtin_groups() -> dict[str, list[Tool]]:
-    """The builtin tool groups: read, write, exec, check."""
+    """The builtin tool groups: read, write, exec, check, memory."""
     from gliding.tools.checks import RUN_CHECKS
     from gliding.tools.files import EDIT_FILE, LIST_DIR, READ_FILE, WRITE_FILE
+    from gliding.tools.readback import GREP_RESULT, READ_RESULT, RECALL
     from gliding.tools.search import GLOB, GREP
     from gliding.tools.shell import BASH
 
@@ -218,4 +219,5 @@ def builtin_groups() -> dict[str, list[Tool]]:
         "write": [WRITE_FILE, EDIT_FILE],
         "exec": [BASH],
         "check": [RUN_CHECKS],
+        "memory": [READ_RESULT, GREP_RESULT, RECALL],
     }

@@ -11,6 +11,7 @@ from gliding.agents.loop import TERMINAL, TRANSITIONS, AgentEnv, State, run_agen
 from gliding.agents.roles import ROLES, load_role, load_roles
 from gliding.bus.inproc import InProcessBus
 from gliding.config.settings import Settings
+from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker, Limits
 from gliding.errors import ConfigError
 from gliding.memory.archive import Archive
@@ -64,7 +65,8 @@ def _env(tmp_path: Path, llm: ScriptedLLM, role: str = "AA") -> AgentEnv:
         toolset=ToolGroupManager(builtin_groups()).toolset(spec.tool_groups),
         tool_ctx=ToolContext(tmp_path, settings.tools), archive=archive,
         budget=BudgetTracker(Limits(turns={}), started_at=0.0), bus=InProcessBus(),
-        now=lambda: 0.0, max_turns=3,
+        now=lambda: 0.0, max_turns=3, context=settings.context,
+        counter=TokenCounter(settings.context.tokenizer),
     )
 
 

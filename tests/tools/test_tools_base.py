@@ -67,6 +67,7 @@ def test_builtin_groups() -> None:
         "write": ["write_file", "edit_file"],
         "exec": ["bash"],
         "check": ["run_checks"],
+        "memory": ["read_result", "grep_result", "recall"],
     }
     for tools in groups.values():
         for tool in tools:
@@ -78,7 +79,7 @@ def test_builtin_groups() -> None:
 
 def test_unknown_group_lists_known_groups() -> None:
     manager = ToolGroupManager(builtin_groups())
-    expected = "unknown tool group 'admin'; known groups: check, exec, read, write"
+    expected = "unknown tool group 'admin'; known groups: check, exec, memory, read, write"
     with pytest.raises(ToolError, match=expected):
         manager.toolset(["read", "admin"])
 

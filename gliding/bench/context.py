@@ -1,0 +1,392 @@
+"""``gliding bench context``: replay real agent trajectories through four context strategies.
+
+For every record (one JSON object a line: ``steps`` of system / user / assistant / tool), the
+prompt each strategy would send before every assistant step is built, then the assistant
+step's own content stands in for the model's reply. Strategies:
+
+- ``naive``: append everything;
+- ``obs_mask``: the 10 newest tool outputs verbatim, older ones replaced by a placeholder;
+- ``compact_recent``: the 32 newest tool outputs verbatim, older ones replaced by a short
+  notice, no archive;
+- ``gliding``: the real context engine with the shipped defaults, a real L0 archive and real
+  L1 summaries.
+
+Metrics per strategy (totals and per trajectory): ``total_prompt_tokens`` and
+``peak_prompt_tokens`` (cl100k_base + 4 per message); ``cached_cost`` (Σ 0.1 × tokens of the
+longest message-level prefix shared with the previous call + 1.25 × the rest);
+``fact_recall`` (identifiers of each action that first appeared in an earlier tool output and
+in no system or user step, present verbatim in that step's prompt); ``recoverability`` (tool
+outputs that read back byte-exact through their IRI; a strategy without an archive counts an
+output as recoverable when it is still verbatim in the last prompt); ``assembly_ms_p50/p99``
+(the strategy's work per call, archive writes excluded: those are reported as
+``archive_ms_p50``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gliding.config.settings import ContextSettings
+from gliding.context.engine import ContextEngine
+from gliding.context.tokens import MESSAGE_OVERHEAD, TokenCounter
+from gliding.core.iri import result_iri, turn_iri
+from gliding.core.messages import Message
+from gliding.errors import UsageError
+from gliding.memory.archive import Archive
+
+FACT = re.compile(r"[A-Za-z0-9_./-]*[/_.][A-Za-z0-9_./-]*[A-Za-z0-9]|\b\d{3,}\b")
+STRATEGIES = ("naive", "obs_mask", "compact_recent", "gliding")
+MASK_KEEP = 10
+COMPACT_KEEP = 32
+
+
+@dataclass(frozen=True)
+class Step:
+    role: str
+    text: str  # what a prompt carries for this step
+    action: str  # for assistant steps: tool_input, else content
+    tool: str | None
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON-lines file; a malformed line is a UsageError naming its number."""
+    records = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read trajectories {path}: {exc}") from exc
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record.get("steps"), list):
+                raise ValueError("no 'steps' list")
+        except (ValueError, AttributeError) as exc:
+            raise UsageError(f"{path}:{n}: not a trajectory record: {exc}") from exc
+        records.append(record)
+    if not records:
+        raise UsageError(f"{path}: no trajectory records")
+    return records
+
+
+def steps_of(record: dict[str, Any]) -> list[Step]:
+    out = []
+    for raw in record["steps"]:
+        content = _text(raw.get("content"))
+        role = raw.get("role")
+        if role == "assistant":
+            tool_input = _text(raw.get("tool_input")) if raw.get("tool_input") else ""
+            text = content if not tool_input or tool_input in content else (
+                content + "\n" + tool_input)
+            out.append(Step("assistant", text, tool_input or content, raw.get("tool_name")))
+        elif role in ("system", "user", "tool"):
+            out.append(Step(role, content, "", raw.get("tool_name")))
+    return out
+
+
+# ---- strategies ------------------------------------------------------------------------------
+class Strategy:
+    name = "base"
+
+    def add(self, step: Step, index: int) -> None:
+        raise NotImplementedError
+
+    def prompt(self) -> list[Message]:
+        raise NotImplementedError
+
+    def still_verbatim(self, output: str) -> bool:
+        return any(m.content == output for m in self.prompt_cache)
+
+    prompt_cache: list[Message] = []
+
+
+class Naive(Strategy):
+    name = "naive"
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def add(self, step: Step, index: int) -> None:
+        self.messages.append(_message(step))
+
+    def prompt(self) -> list[Message]:
+        return list(self.messages)
+
+
+class Masked(Strategy):
+    """Keep the ``keep`` newest tool outputs; older ones become ``notice``."""
+
+    def __init__(self, name: str, keep: int, notice: str) -> None:
+        self.name = name
+        self.keep = keep
+        self.notice = notice
+        self.messages: list[Message] = []
+        self.tool_positions: list[int] = []
+
+    def add(self, step: Step, index: int) -> None:
+        if step.role == "tool":
+            self.tool_positions.append(len(self.messages))
+            if len(self.tool_positions) > self.keep:
+                old = self.tool_positions[-self.keep - 1]
+                self.messages[old] = Message("tool", self.notice, name=self.messages[old].name)
+        self.messages.append(_message(step))
+
+    def prompt(self) -> list[Message]:
+        return list(self.messages)
+
+
+class Gliding(Strategy):
+    name = "gliding"
+
+    def __init__(self, settings: ContextSettings, counter: TokenCounter, archive: Archive,
+                 job: str) -> None:
+        self.settings = settings
+        self.counter = counter
+        self.archive = archive
+        self.job = job
+        self.prefix: list[Message] = []
+        self.engine: ContextEngine | None = None
+        self.focus = ""
+        self.iris: list[tuple[str, str]] = []  # (iri, original output)
+        self.archive_s: list[float] = []
+
+    def add(self, step: Step, index: int) -> None:
+        message = _message(step)
+        if self.engine is None and step.role in ("system", "user") and (
+                step.role == "system" or not any(m.role == "user" for m in self.prefix)):
+            self.prefix.append(message)
+            if step.role == "user":
+                self.focus = step.text[:4000]
+            return
+        if self.engine is None:
+            self.engine = ContextEngine(self.settings, self.counter, self.prefix)
+        if step.role == "tool":
+            iri = str(result_iri(self.job, f"s{index}"))
+            started = time.perf_counter()
+            self.archive.put(iri, step.text, kind="result", meta={"tool": step.tool})
+            self.archive_s.append(time.perf_counter() - started)
+            self.iris.append((iri, step.text))
+        else:
+            iri = str(turn_iri(self.job, step.role, index))
+        self.engine.add(message, iri=iri, tool=step.tool)
+
+    def prompt(self) -> list[Message]:
+        if self.engine is None:
+            return list(self.prefix)
+        return self.engine.prompt(self.focus)
+
+
+# ---- the replay ------------------------------------------------------------------------------
+@dataclass
+class Tally:
+    calls: int = 0
+    total: int = 0
+    peak: int = 0
+    cached_cost: float = 0.0
+    facts: int = 0
+    facts_found: int = 0
+    outputs: int = 0
+    recovered: int = 0
+    assembly_ms: list[float] = field(default_factory=list)
+    per_step: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"calls": self.calls, "total_prompt_tokens": self.total,
+                "peak_prompt_tokens": self.peak, "cached_cost": round(self.cached_cost, 1),
+                "fact_recall": _ratio(self.facts_found, self.facts), "facts": self.facts,
+                "recoverability": _ratio(self.recovered, self.outputs)}
+
+
+def replay(record: dict[str, Any], make: Callable[[], Strategy], counter: TokenCounter,
+           ) -> tuple[Tally, Strategy]:
+    steps = steps_of(record)
+    strategy = make()
+    tally = Tally()
+    previous: list[tuple[str, str]] = []
+    seen_user: set[str] = set()
+    first_tool: set[str] = set()
+    pending = 0.0
+    for index, step in enumerate(steps):
+        if step.role == "assistant":
+            started = time.perf_counter()
+            prompt = strategy.prompt()
+            tally.assembly_ms.append((pending + time.perf_counter() - started) * 1000)
+            pending = 0.0
+            strategy.prompt_cache = prompt
+            tokens = [counter.count(m.content) + MESSAGE_OVERHEAD for m in prompt]
+            size = sum(tokens)
+            keys: list[tuple[str, str]] = [(m.role, m.content) for m in prompt]
+            shared = 0
+            for a, b in zip(keys, previous, strict=False):
+                if a != b:
+                    break
+                shared += 1
+            cached = sum(tokens[:shared])
+            tally.cached_cost += 0.1 * cached + 1.25 * (size - cached)
+            previous = keys
+            tally.calls += 1
+            tally.total += size
+            tally.peak = max(tally.peak, size)
+            tally.per_step.append(size)
+            wanted = [f for f in _facts(step.action) if f in first_tool and f not in seen_user]
+            if wanted:
+                text = "\n".join(m.content for m in prompt)
+                tally.facts += len(wanted)
+                tally.facts_found += sum(1 for f in wanted if f in text)
+        elif step.role in ("system", "user"):
+            seen_user.update(_facts(step.text))
+        elif step.role == "tool":
+            first_tool.update(f for f in _facts(step.text) if f not in seen_user)
+        started = time.perf_counter()
+        strategy.add(step, index)
+        elapsed = time.perf_counter() - started
+        if isinstance(strategy, Gliding) and step.role == "tool":
+            elapsed -= strategy.archive_s[-1]
+        pending += elapsed
+    return tally, strategy
+
+
+def run_bench(path: Path, *, settings: ContextSettings | None = None,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Replay every record of ``path`` through the four strategies; the JSON report."""
+    settings = settings or ContextSettings()
+    counter = TokenCounter(settings.tokenizer)
+    if not counter.exact:
+        raise UsageError("the cl100k_base tokenizer is not available",
+                         hint="install tiktoken (scripts/setup.sh does)")
+    records = load_records(path)
+    out: dict[str, Any] = {"trajectories": len(records), "input": str(path),
+                           "settings": settings.model_dump(), "strategies": {}}
+    per: dict[str, list[Tally]] = {name: [] for name in STRATEGIES}
+    archive_ms: list[float] = []
+    plot: dict[str, list[int]] = {}
+    plot_index = max(range(len(records)), key=lambda i: len(records[i]["steps"]))
+    with tempfile.TemporaryDirectory(prefix="gliding-bench-") as tmp:
+        for i, record in enumerate(records):
+            label = str(record.get("task_id", i))
+            if progress:
+                progress(f"[{i + 1}/{len(records)}] {label}")
+            job = f"bench-{i}"
+            with Archive.open(Path(tmp), job) as archive:
+                makers: dict[str, Callable[[], Strategy]] = {
+                    "naive": Naive,
+                    "obs_mask": lambda: Masked("obs_mask", MASK_KEEP,
+                                               "[Old tool output omitted.]"),
+                    "compact_recent": lambda: Masked("compact_recent", COMPACT_KEEP,
+                                                     "[Tool output removed by compaction.]"),
+                    "gliding": functools.partial(Gliding, settings, counter, archive, job),
+                }
+                for name, make in makers.items():
+                    tally, strategy = replay(record, make, counter)
+                    _recoverability(tally, strategy, record)
+                    per[name].append(tally)
+                    if isinstance(strategy, Gliding):
+                        archive_ms += [s * 1000 for s in strategy.archive_s]
+                    if i == plot_index:
+                        plot[name] = tally.per_step
+    for name, tallies in per.items():
+        all_ms = [ms for t in tallies for ms in t.assembly_ms]
+        facts = sum(t.facts for t in tallies)
+        found = sum(t.facts_found for t in tallies)
+        outputs = sum(t.outputs for t in tallies)
+        out["strategies"][name] = {
+            "total_prompt_tokens": sum(t.total for t in tallies),
+            "peak_prompt_tokens": max(t.peak for t in tallies),
+            "cached_cost": round(sum(t.cached_cost for t in tallies), 1),
+            "fact_recall": _ratio(found, facts),
+            "recoverability": _ratio(sum(t.recovered for t in tallies), outputs),
+            "assembly_ms_p50": round(_percentile(all_ms, 50), 3),
+            "assembly_ms_p99": round(_percentile(all_ms, 99), 3),
+            "per_trajectory": [
+                {"task_id": records[i].get("task_id"), "system": records[i].get("system"),
+                 **t.as_dict()} for i, t in enumerate(tallies)],
+        }
+    naive = out["strategies"]["naive"]
+    for name in STRATEGIES:
+        s = out["strategies"][name]
+        s["vs_naive"] = {
+            "total_prompt_tokens": _saving(s["total_prompt_tokens"], naive["total_prompt_tokens"]),
+            "cached_cost": _saving(s["cached_cost"], naive["cached_cost"]),
+        }
+    out["strategies"]["gliding"]["archive_ms_p50"] = round(_percentile(archive_ms, 50), 3)
+    out["plot"] = {"task_id": records[plot_index].get("task_id"), "prompt_tokens": plot}
+    return out
+
+
+def plot_png(result: dict[str, Any], path: Path) -> None:
+    """Prompt tokens per step of one trajectory for every strategy."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise UsageError("matplotlib is needed for the plot", hint="run scripts/setup.sh") from exc
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, series in result["plot"]["prompt_tokens"].items():
+        ax.plot(range(1, len(series) + 1), series, label=name, linewidth=1.6)
+    ax.set_xlabel("assistant step")
+    ax.set_ylabel("prompt tokens (cl100k_base)")
+    ax.set_title(f"Prompt size per step: {result['plot']['task_id']}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def _recoverability(tally: Tally, strategy: Strategy, record: dict[str, Any]) -> None:
+    outputs = [s.text for s in steps_of(record) if s.role == "tool"]
+    tally.outputs = len(outputs)
+    if isinstance(strategy, Gliding):
+        tally.recovered = sum(1 for iri, text in strategy.iris
+                              if strategy.archive.get(iri).content == text.encode("utf-8"))
+        return
+    last = {m.content for m in strategy.prompt()}
+    tally.recovered = sum(1 for text in outputs if text in last)
+
+
+def _message(step: Step) -> Message:
+    if step.role == "tool":
+        return Message("tool", step.text, name=step.tool)
+    return Message(step.role, step.text)  # type: ignore[arg-type]
+
+
+def _facts(text: str) -> list[str]:
+    return list(dict.fromkeys(m for m in FACT.findall(text) if len(m) >= 4))
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _ratio(a: int, b: int) -> float:
+    return round(a / b, 4) if b else 1.0
+
+
+def _saving(value: float, base: float) -> float:
+    return round(1 - value / base, 4) if base else 0.0
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def median(values: Iterable[float]) -> float:
+    return statistics.median(list(values))

@@ -1,0 +1,220 @@
+"""The result router: a tool result over the threshold leaves the prompt for L0 and is replaced by
+a structure-aware summary plus its IRI, within ``preview_size`` bytes.
+
+Pure functions: ``route_result`` takes the output and the numbers from ``context:`` settings
+and returns the text the prompt gets. Summaries by kind:
+
+- search / grep output: match counts per file, then the first matches;
+- file reads: path, line count, outline (definitions, headings) with line numbers, head;
+- shell: exit code, error lines, head and tail;
+- JSON: shape, keys, array lengths;
+- anything else: head and tail.
+
+Every summary ends with the identifiers of the output that it has not shown yet (paths, dotted
+and snake_case names, numbers of 3+ digits), as many as fit: those are what a later step tends
+to need verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+IDENTIFIER = re.compile(r"[A-Za-z0-9_./-]*[/_.][A-Za-z0-9_./-]*[A-Za-z0-9]|\b\d{3,}\b")
+_GREP_LINE = re.compile(r"^(?P<path>[^\s:][^:]{0,300}?):(?P<line>\d+)[:-]")
+_NUMBERED = re.compile(r"^\s*(\d+)[:|\t ]")
+_DEFINITION = re.compile(
+    r"^\s*(?:\d+[:|\t ]\s*)?(?:(?:export\s+|pub(?:\([^)]*\))?\s+|async\s+|static\s+|public\s+|"
+    r"private\s+|protected\s+)*(?:def|class|fun|func|function|fn|struct|enum|trait|impl|"
+    r"interface|type|actor|primitive|module|package|var|let|const|new|be)\s+[A-Za-z_]"
+    r"|#{1,6}\s+\S)"
+)
+_ERROR = re.compile(r"(Traceback|Error\b|error[:\[]|Exception|FAIL|FAILED|panic|fatal|"
+                    r"assert|Warning:|not found|No such file|denied|undefined|cannot)",
+                    re.IGNORECASE)
+_EXIT = re.compile(r"(?:exit(?:ed)? (?:code|status)[: ]*|return code[: ]*)(-?\d+)", re.I)
+_FILE_HEADER = re.compile(r"^\[File: (?P<path>[^\]]+?) \((?P<lines>\d+) lines total\)\]")
+
+SEARCH_TOOLS = frozenset({"grep", "search", "search_dir", "search_file", "find_file", "find",
+                          "glob", "rg", "grep_result", "kg_search", "recall"})
+READ_TOOLS = frozenset({"read_file", "open", "cat", "view", "goto", "scroll_up", "scroll_down",
+                        "read_result", "str_replace_editor"})
+SHELL_TOOLS = frozenset({"bash", "python", "shell", "execute", "run", "cmd", "execute_bash",
+                         "execute_ipython_cell", "pytest", "make"})
+
+
+@dataclass(frozen=True)
+class RoutedResult:
+    text: str  # what the prompt gets
+    archived: bool  # True when ``text`` is a summary pointing at the archived original
+    kind: str
+
+
+def route_result(output: str, *, iri: str, tool: str | None, threshold: int,
+                 preview_size: int) -> RoutedResult:
+    """The output itself when it is at most ``threshold`` bytes, else summary + IRI."""
+    size = len(output.encode("utf-8"))
+    if size <= threshold:
+        return RoutedResult(output, False, "verbatim")
+    kind = classify(output, tool)
+    lines = output.splitlines()
+    header = (f"[{kind} result archived as {iri}: {size} bytes, {len(lines)} lines. "
+              f"Read it with read_result(iri, offset, limit) or grep_result(iri, pattern).]")
+    body = _SUMMARISERS[kind](output, lines)
+    return RoutedResult(_fit(header, body, output, preview_size), True, kind)
+
+
+def classify(output: str, tool: str | None) -> str:
+    name = (tool or "").lower()
+    stripped = output.lstrip()
+    if stripped[:1] in "[{":
+        try:
+            json.loads(output)
+            return "json"
+        except ValueError:
+            pass
+    lines = output.splitlines()[:200]
+    if name in SEARCH_TOOLS or _share(lines, _GREP_LINE) > 0.5:
+        return "search"
+    if name in READ_TOOLS or _FILE_HEADER.match(stripped) or _share(lines, _NUMBERED) > 0.6:
+        return "file"
+    if name in SHELL_TOOLS or _EXIT.search(output[:300]):
+        return "shell"
+    return "text"
+
+
+def identifiers(text: str) -> list[str]:
+    """Identifiers of at least 4 characters, in order of first appearance, without repeats."""
+    return list(dict.fromkeys(m for m in IDENTIFIER.findall(text) if len(m) >= 4))
+
+
+# ---- summarisers: (output, lines) -> list of lines, most important first ---------------------
+def _search(output: str, lines: list[str]) -> list[str]:
+    per_file: Counter[str] = Counter()
+    matches = []
+    for line in lines:
+        m = _GREP_LINE.match(line)
+        if m:
+            per_file[m.group("path")] += 1
+            matches.append(line)
+    if not per_file:
+        return _text(output, lines)
+    out = [f"{len(matches)} matches in {len(per_file)} files: " +
+           ", ".join(f"{p} ({n})" for p, n in per_file.most_common())]
+    out += [_clip(x) for x in matches]
+    return out
+
+
+def _file(output: str, lines: list[str]) -> list[str]:
+    out = []
+    header = _FILE_HEADER.match(output.lstrip())
+    if header:
+        out.append(f"file {header['path']}, {header['lines']} lines")
+    outline = [_clip(x.strip()) for x in lines if _DEFINITION.match(x)]
+    if outline:
+        out.append(f"outline ({len(outline)} definitions):")
+        out += outline
+    out.append("head:")
+    out += [_clip(x) for x in lines[:8]]
+    return out
+
+
+def _shell(output: str, lines: list[str]) -> list[str]:
+    out = []
+    code = _EXIT.search(output)
+    if code:
+        out.append(f"exit code {code.group(1)}")
+    errors = [i for i, x in enumerate(lines) if _ERROR.search(x)]
+    if errors:
+        out.append(f"{len(errors)} error lines:")
+        out += [f"{i + 1}: {_clip(lines[i])}" for i in errors[:20]]
+    out.append("tail:")
+    out += [_clip(x) for x in lines[-10:]]
+    out.append("head:")
+    out += [_clip(x) for x in lines[:6]]
+    return out
+
+
+def _json(output: str, lines: list[str]) -> list[str]:
+    data = json.loads(output)
+    return ["shape: " + _shape(data, 0)]
+
+
+def _text(output: str, lines: list[str]) -> list[str]:
+    return ["head:", *[_clip(x) for x in lines[:10]], "tail:", *[_clip(x) for x in lines[-8:]]]
+
+
+_SUMMARISERS = {"search": _search, "file": _file, "shell": _shell, "json": _json, "text": _text}
+
+
+def _shape(data: Any, depth: int) -> str:
+    if isinstance(data, dict):
+        if depth >= 3:
+            return f"{{…{len(data)} keys}}"
+        inner = ", ".join(f"{k}: {_shape(v, depth + 1)}" for k, v in list(data.items())[:12])
+        more = f", …{len(data) - 12} more" if len(data) > 12 else ""
+        return "{" + inner + more + "}"
+    if isinstance(data, list):
+        if not data:
+            return "[]"
+        return f"[{len(data)} × {_shape(data[0], depth + 1)}]"
+    if isinstance(data, str):
+        return json.dumps(data[:40])
+    return json.dumps(data)
+
+
+def _fit(header: str, body: list[str], output: str, budget: int) -> str:
+    """Header, then body lines within ``BODY_SHARE`` of the budget, then the identifiers the
+    body does not show (names first, then paths, then numbers), then more body lines."""
+    parts = [header]
+    used = len(header.encode()) + 1
+    body_budget = used + int((budget - used) * BODY_SHARE)
+    rest = list(body)
+    while rest and used + len(rest[0].encode()) + 1 <= body_budget:
+        line = rest.pop(0)
+        parts.append(line)
+        used += len(line.encode()) + 1
+    shown = "\n".join(parts)
+    unseen = sorted((i for i in identifiers(output) if i not in shown), key=_id_rank)
+    if unseen and used + 6 < budget:
+        picked = []
+        used += 5  # "ids: "
+        for ident in unseen:
+            cost = len(ident.encode()) + 1
+            if used + cost > budget:
+                break
+            picked.append(ident)
+            used += cost
+        if picked:
+            parts.append("ids: " + " ".join(picked))
+        else:
+            used -= 5
+    for line in rest:
+        cost = len(line.encode()) + 1
+        if used + cost > budget:
+            break
+        parts.insert(len(parts) - (1 if parts[-1].startswith("ids: ") else 0), line)
+        used += cost
+    return "\n".join(parts)
+
+
+BODY_SHARE = 0.5  # of a summary's budget, what structure may take before identifiers
+
+
+def _id_rank(ident: str) -> int:
+    """Names (snake_case, dotted) first, then paths, then bare numbers; stable otherwise."""
+    if ident.isdigit():
+        return 2
+    return 1 if "/" in ident else 0
+
+
+def _share(lines: list[str], pattern: re.Pattern[str]) -> float:
+    useful = [x for x in lines if x.strip()]
+    return sum(1 for x in useful if pattern.match(x)) / len(useful) if useful else 0.0
+
+
+def _clip(line: str, width: int = 160) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
