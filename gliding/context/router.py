@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 IDENTIFIER = re.compile(r"[A-Za-z0-9_./-]*[/_.][A-Za-z0-9_./-]*[A-Za-z0-9]|\b\d{3,}\b")
+_RUN = re.compile(r"[A-Za-z0-9_./-]+")
+MAX_RUN = 300  # longer runs (hashes, base64) are not identifiers a later step types
 _GREP_LINE = re.compile(r"^(?P<path>[^\s:][^:]{0,300}?):(?P<line>\d+)[:-]")
 _NUMBERED = re.compile(r"^\s*(\d+)[:|\t ]")
 _DEFINITION = re.compile(
@@ -63,8 +65,11 @@ def route_result(output: str, *, iri: str, tool: str | None, threshold: int,
     lines = output.splitlines()
     header = (f"[{kind} result archived as {iri}: {size} bytes, {len(lines)} lines. "
               f"Read it with read_result(iri, offset, limit) or grep_result(iri, pattern).]")
+    if len(header.encode()) + 40 > preview_size:
+        header = f"[archived as {iri}: {size} bytes; read_result(iri)]"
     body = _SUMMARISERS[kind](output, lines)
-    return RoutedResult(_fit(header, body, output, preview_size), True, kind)
+    text = _fit(header, body, output, preview_size)
+    return RoutedResult(_cut_bytes(text, preview_size), True, kind)
 
 
 def classify(output: str, tool: str | None) -> str:
@@ -74,7 +79,7 @@ def classify(output: str, tool: str | None) -> str:
         try:
             json.loads(output)
             return "json"
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     lines = output.splitlines()[:200]
     if name in SEARCH_TOOLS or _share(lines, _GREP_LINE) > 0.5:
@@ -87,8 +92,18 @@ def classify(output: str, tool: str | None) -> str:
 
 
 def identifiers(text: str) -> list[str]:
-    """Identifiers of at least 4 characters, in order of first appearance, without repeats."""
-    return list(dict.fromkeys(m for m in IDENTIFIER.findall(text) if len(m) >= 4))
+    """Identifiers of at least 4 characters, in order of first appearance, without repeats.
+
+    ``IDENTIFIER`` is applied run by run (maximal stretches of identifier characters, at most
+    ``MAX_RUN`` long): on one long unbroken run the pattern would backtrack quadratically."""
+    found: dict[str, None] = {}
+    for run in _RUN.findall(text):
+        if len(run) > MAX_RUN:
+            continue
+        for m in IDENTIFIER.findall(run):
+            if len(m) >= 4:
+                found.setdefault(m)
+    return list(found)
 
 
 # ---- summarisers: (output, lines) -> list of lines, most important first ---------------------
@@ -103,7 +118,7 @@ def _search(output: str, lines: list[str]) -> list[str]:
     if not per_file:
         return _text(output, lines)
     out = [f"{len(matches)} matches in {len(per_file)} files: " +
-           ", ".join(f"{p} ({n})" for p, n in per_file.most_common())]
+           ", ".join(f"{p} ({n})" for p, n in per_file.items())]
     out += [_clip(x) for x in matches]
     return out
 
@@ -127,14 +142,15 @@ def _shell(output: str, lines: list[str]) -> list[str]:
     code = _EXIT.search(output)
     if code:
         out.append(f"exit code {code.group(1)}")
-    errors = [i for i, x in enumerate(lines) if _ERROR.search(x)]
-    if errors:
-        out.append(f"{len(errors)} error lines:")
-        out += [f"{i + 1}: {_clip(lines[i])}" for i in errors[:20]]
+    tail = lines[-4:]  # the end first: where a traceback's raising frame and error are
     out.append("tail:")
-    out += [_clip(x) for x in lines[-10:]]
+    out += [f"{len(lines) - len(tail) + i + 1}: {_clip(x, 120)}" for i, x in enumerate(tail)]
+    errors = [i for i, x in enumerate(lines[: len(lines) - len(tail)]) if _ERROR.search(x)]
+    if errors:
+        out.append(f"{len(errors)} more error lines:")
+        out += [f"{i + 1}: {_clip(lines[i], 120)}" for i in errors[:20]]
     out.append("head:")
-    out += [_clip(x) for x in lines[:6]]
+    out += [_clip(x, 120) for x in lines[:6]]
     return out
 
 
@@ -172,11 +188,16 @@ def _fit(header: str, body: list[str], output: str, budget: int) -> str:
     parts = [header]
     used = len(header.encode()) + 1
     body_budget = used + int((budget - used) * BODY_SHARE)
-    rest = list(body)
-    while rest and used + len(rest[0].encode()) + 1 <= body_budget:
-        line = rest.pop(0)
-        parts.append(line)
-        used += len(line.encode()) + 1
+    rest = []
+    for i, line in enumerate(body):  # a line that does not fit waits; shorter ones may fit
+        if i == 0 and used + len(line.encode()) + 1 > body_budget:
+            line = _clip(line, max(40, body_budget - used - 4))  # the key line, cut to fit
+        cost = len(line.encode()) + 1
+        if used + cost <= body_budget:
+            parts.append(line)
+            used += cost
+        else:
+            rest.append(line)
     shown = "\n".join(parts)
     unseen = sorted((i for i in identifiers(output) if i not in shown), key=_id_rank)
     if unseen and used + 6 < budget:
@@ -201,7 +222,7 @@ def _fit(header: str, body: list[str], output: str, budget: int) -> str:
     return "\n".join(parts)
 
 
-BODY_SHARE = 0.5  # of a summary's budget, what structure may take before identifiers
+BODY_SHARE = 0.6  # of a summary's budget, what structure may take before identifiers
 
 
 def _id_rank(ident: str) -> int:
@@ -209,6 +230,12 @@ def _id_rank(ident: str) -> int:
     if ident.isdigit():
         return 2
     return 1 if "/" in ident else 0
+
+
+def _cut_bytes(text: str, budget: int) -> str:
+    """At most ``budget`` bytes of UTF-8, cut at a character boundary."""
+    data = text.encode("utf-8")
+    return text if len(data) <= budget else data[:budget].decode("utf-8", errors="ignore")
 
 
 def _share(lines: list[str], pattern: re.Pattern[str]) -> float:

@@ -131,7 +131,9 @@ class LocalLLM:
                     "llama-cpp-python is not installed", hint="run scripts/setup.sh"
                 ) from exc
             try:
-                threads = self._settings.n_threads or os.cpu_count() or 1
+                # llama.cpp's own default, half the cores: on a small shared machine a thread
+                # per core makes every token wait on the busiest core
+                threads = self._settings.n_threads or max(1, (os.cpu_count() or 2) // 2)
                 self._llama = Llama(
                     model_path=str(path),
                     n_ctx=self._settings.n_ctx,

@@ -41,8 +41,21 @@ class Weights:
     w_cost: float = 0.3
 
 
+STOP_WORDS = frozenset((
+    "the", "and", "for", "with", "that", "this", "from", "are", "was", "were", "have", "has",
+    "had", "not", "but", "you", "your", "our", "its", "into", "then", "than", "them", "they",
+    "their", "there", "here", "what", "when", "where", "which", "while", "who", "why", "how",
+    "all", "any", "can", "will", "would", "should", "could", "just", "also", "only", "more",
+    "most", "some", "such", "very", "been", "being", "does", "did", "done", "let", "lets", "now",
+    "use", "used", "using", "file", "files", "line", "lines", "result", "results", "read_result",
+    "grep_result", "archived", "bytes",
+))
+
+
 def terms(text: str) -> frozenset[str]:
-    return frozenset(w.lower().strip("./-") for w in _WORD.findall(text))
+    """The content words of ``text``: lower-cased, 3+ characters, stop words left out."""
+    words = (w.lower().strip("./-") for w in _WORD.findall(text))
+    return frozenset(w for w in words if len(w) >= 3 and w not in STOP_WORDS)
 
 
 def relevance(entry_terms: frozenset[str], focus_terms: frozenset[str]) -> float:

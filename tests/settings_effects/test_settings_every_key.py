@@ -53,6 +53,37 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "scheduler.max_cycles": ["test_settings_scheduler.test_max_cycles_bounds_the_pdca_cycles"],
     "scheduler.simple_goal_max_words": [
         "test_settings_scheduler.test_simple_goal_max_words_picks_the_auto_pipeline"],
+    "context.tokenizer": [
+        "test_settings_context.test_tokenizer_is_the_encoding_the_job_counts_prompt_tokens_with",
+        "test_settings_context.test_tokenizer_unknown_falls_back_to_4_characters_a_token"],
+    "context.cache_breakpoints": [
+        "test_settings_context.test_cache_breakpoints_is_how_many_marks_each_model_call_gets"],
+    "context.tool_result_iri.threshold": [
+        "test_settings_context.test_threshold_decides_whether_the_model_sees_the_result_or_its_summary",
+        "test_settings_context.test_threshold_archived_result_reads_back_byte_exact_in_the_same_job"],
+    "context.tool_result_iri.preview_size": [
+        "test_settings_context.test_preview_size_bounds_the_summary_the_model_sees"],
+    "context.window.target_tokens": [
+        "test_settings_context.test_target_tokens_smaller_compacts_sooner_and_keeps_prompts_smaller"],
+    "context.window.high_water": [
+        "test_settings_context.test_high_water_higher_lets_the_prompt_grow_further_before_compacting"],
+    "context.window.low_water": [
+        "test_settings_context.test_low_water_lower_compacts_further_down"],
+    "context.window.max_tokens": [
+        "test_settings_context.test_max_tokens_is_the_ceiling_a_huge_reply_is_cut_to"],
+    "context.window.max_messages": [
+        "test_settings_context.test_max_messages_bounds_the_live_messages"],
+    "context.window.keep_recent": [
+        "test_settings_context.test_keep_recent_is_how_many_messages_a_compaction_leaves"],
+    "context.summaries.budget_tokens": [
+        "test_settings_context.test_budget_tokens_bounds_the_history_block"],
+    "context.summaries.beta": [
+        "test_settings_context.test_beta_0_forgets_the_relevant_old_turn_the_default_keeps",
+        "test_settings_context.test_beta_in_a_session_keeps_the_turn_the_focus_is_about"],
+    "context.summaries.w_recency": [
+        "test_settings_context.test_w_recency_high_makes_age_outweigh_relevance"],
+    "context.summaries.w_cost": [
+        "test_settings_context.test_w_cost_high_makes_the_most_expensive_turn_go_first"],
 }
 
 
