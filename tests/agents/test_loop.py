@@ -106,3 +106,18 @@ def test_da_is_not_offered_finish_before_it_did_something(tmp_path: Path) -> Non
     assert "finish" not in [t.name for t in llm.requests[0].tools]
     assert "finish" in [t.name for t in llm.requests[1].tools]
     env.archive.close()
+
+
+def test_the_system_prompt_states_the_threshold_the_router_uses(tmp_path: Path) -> None:
+    from gliding.config.settings import ContextSettings, ToolResultIRISettings
+
+    llm = ScriptedLLM([call("list_dir", path="."), call("finish", summary="ok")])
+    env = _env(tmp_path, llm, "DA")
+    env.context = ContextSettings(tool_result_iri=ToolResultIRISettings(threshold=777,
+                                                                        preview_size=333))
+    (tmp_path / "big.txt").write_text("x\n" * 2000)
+    anyio.run(run_agent, env, "Goal: look")
+    system = llm.requests[0].messages[0].content
+    assert "over 777 bytes" in system and "at most 333 bytes" in system
+    assert "read_result(iri, offset, limit)" in system and "grep_result(iri, pattern)" in system
+    env.archive.close()
