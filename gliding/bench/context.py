@@ -27,10 +27,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,11 +102,6 @@ class Strategy:
 
     def prompt(self) -> list[Message]:
         raise NotImplementedError
-
-    def still_verbatim(self, output: str) -> bool:
-        return any(m.content == output for m in self.prompt_cache)
-
-    prompt_cache: list[Message] = []
 
 
 class Naive(Strategy):
@@ -222,7 +216,6 @@ def replay(record: dict[str, Any], make: Callable[[], Strategy], counter: TokenC
             prompt = strategy.prompt()
             tally.assembly_ms.append((pending + time.perf_counter() - started) * 1000)
             pending = 0.0
-            strategy.prompt_cache = prompt
             tokens = [counter.count(m.content) + MESSAGE_OVERHEAD for m in prompt]
             size = sum(tokens)
             keys: list[tuple[str, str]] = [(m.role, m.content) for m in prompt]
@@ -386,7 +379,3 @@ def _percentile(values: Sequence[float], q: float) -> float:
     k = (len(ordered) - 1) * q / 100
     lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def median(values: Iterable[float]) -> float:
-    return statistics.median(list(values))
