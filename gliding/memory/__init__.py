@@ -11,13 +11,18 @@ This docstring is the one place the levels are listed; modules are named for wha
            job metadata
     L1     summary chains: one short summary per turn with the      (summaries.py)      planned
            IRI of the full turn in L0, bounded by a token budget
-    L2     blackboard: the agents' shared working memory, an RDF    (blackboard.py)     planned
-           graph of JSON-LD nodes queried with SPARQL
+    L2     blackboard: the agents' shared working memory, an RDF    blackboard.py       built
+           graph of JSON-LD nodes (one named graph per job)         vocabulary.py
+           queried read-only with SPARQL; embedded Oxigraph or a    backends/
+           SPARQL 1.1 endpoint; writers archive revisions in L0
     L3     projection: per-role SPARQL frames rendered into a       (projection.py)     planned
            compact briefing within a token budget
 
 ``archive.py`` is the L0 API (Archive, ArchivedItem, CallRecord, open_for_iri);
 ``archive_schema.py`` is its SQLite layout (tables, pragmas, schema version).
+``blackboard.py`` is the L2 port (Blackboard, check_read_only_query, sparql_iri, sparql_literal);
+``vocabulary.py`` its JSON-LD vocabulary (docs/vocabulary.md); ``backends/oxigraph_embedded.py``
+and ``backends/sparql_endpoint.py`` its stores.
 
 Lower levels never depend on higher ones: L1 points into L0 by IRI, L3 reads L2. Third-party stores
 live only under ``memory/backends/``.

@@ -1,0 +1,6 @@
+"""Third-party stores behind the memory ports; only the composition root picks one.
+
+    oxigraph_embedded.py   Blackboard on an on-disk pyoxigraph Store (the default)
+    sparql_endpoint.py     Blackboard on any SPARQL 1.1 endpoint over HTTP (e.g. oxigraph serve)
+    rdf_terms.py           what both share: pyoxigraph terms <-> result values, the put update
+"""
