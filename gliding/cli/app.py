@@ -144,6 +144,49 @@ def memory_show(
     sys.stdout.buffer.flush()
 
 
+@memory_app.command("query")
+def memory_query(
+    sparql: str = typer.Argument(..., help="A read-only SPARQL query (SELECT, ASK, CONSTRUCT)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where the blackboard is."),
+    limit: int = typer.Option(100, "--limit", help="Most rows (a LIMIT is added or capped)."),
+    timeout_s: float = typer.Option(10.0, "--timeout", help="Seconds before the query stops."),
+) -> None:
+    """Query the blackboard (L2) of a data directory; rows print as JSON lines."""
+    from gliding.errors import GlidingError
+
+    try:
+        from gliding.daemon.compose import blackboard_path
+        from gliding.errors import NotFoundError
+        from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+        from gliding.memory.blackboard import check_read_only_query
+
+        settings = _settings({"data_dir": str(data_dir)} if data_dir else {})
+        checked = check_read_only_query(sparql, max_limit=limit)
+        path = blackboard_path(settings.data_dir)
+        if not path.exists():
+            raise NotFoundError(f"no blackboard in {settings.data_dir}",
+                                hint="run a job first, or pass --data-dir")
+        board = OxigraphBlackboard.open(path, max_limit=limit)
+        try:
+            rows = board.query(checked.text, timeout_s=timeout_s)
+        finally:
+            board.close()
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    for row in rows:
+        typer.echo(json.dumps(row, default=_plain, ensure_ascii=False))
+
+
+def _plain(value: Any) -> Any:
+    """Blackboard result values (Ref, TypedLiteral) as JSON."""
+    if hasattr(value, "iri"):
+        return value.iri
+    if hasattr(value, "__dict__"):
+        return vars(value)
+    return str(value)
+
+
 @bench_app.command("context")
 def bench_context(
     trajectories: Path = typer.Argument(..., help="JSON-lines file of agent trajectories."),

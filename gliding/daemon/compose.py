@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import structlog
 
 from gliding.agents.roles import load_roles
 from gliding.bus.inproc import InProcessBus
@@ -18,11 +19,15 @@ from gliding.config.task import Task
 from gliding.core.budget import Limits
 from gliding.core.clock import Clock, SystemClock
 from gliding.core.ids import new_job_id
-from gliding.errors import UsageError
+from gliding.errors import GlidingError, UsageError
 from gliding.llm.port import LLM, backend_kind
 from gliding.memory.archive import Archive, archive_path
+from gliding.memory.blackboard import Blackboard
+from gliding.memory.ingest import Ingestor
 from gliding.scheduler.runner import JobReport, JobRunner, JobSpec
 from gliding.tools.base import ToolGroupManager, builtin_groups
+
+log = structlog.get_logger("gliding.daemon")
 
 
 def build_llm(model: str, settings: Settings) -> LLM:
@@ -69,16 +74,40 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
             raise UsageError(f"cannot create workspace {task.workspace}: {exc}") from exc
         archive.set_meta("task", str(task.source))
         archive.set_meta("model", backend.name)
+        board = open_blackboard(settings.data_dir)
+        ingestor = Ingestor(board, archive, job) if board is not None else None
         runner = JobRunner(spec, settings=settings, llm=backend, archive=archive, bus=bus,
-                           roles=roles, tools=ToolGroupManager(builtin_groups()), clock=clock)
+                           roles=roles, tools=ToolGroupManager(builtin_groups()), clock=clock,
+                           ingestor=ingestor)
         async with bus.subscribe(f"job/{job}/events", max_buffer=1000) as events:
             async with anyio.create_task_group() as tg:
                 if on_event is not None:
                     tg.start_soon(_forward, events, on_event)
-                report = await runner.run()
-                tg.cancel_scope.cancel()
+                try:
+                    report = await runner.run()
+                finally:
+                    tg.cancel_scope.cancel()
+                    if board is not None:
+                        board.close()
     await bus.aclose()
     return JobHandle(report, archive_path(settings.data_dir, job), backend.name)
+
+
+def blackboard_path(data_dir: Path) -> Path:
+    """The embedded blackboard store every job of a data directory shares."""
+    return data_dir / "blackboard"
+
+
+def open_blackboard(data_dir: Path) -> Blackboard | None:
+    """The data directory's embedded blackboard, or None (with a log line) when it cannot be
+    opened, e.g. because another running job holds it: L2 is optional for a job."""
+    from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+
+    try:
+        return OxigraphBlackboard.open(blackboard_path(data_dir))
+    except GlidingError as exc:
+        log.warning("blackboard.unavailable", error=exc.message)
+        return None
 
 
 async def _forward(events: Any, on_event: Callable[[JobEvent], None]) -> None:

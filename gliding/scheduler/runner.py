@@ -35,8 +35,10 @@ from gliding.core.checks import Check, CheckResult
 from gliding.core.clock import Clock, SystemClock
 from gliding.core.iri import record_iri
 from gliding.core.messages import ToolSpec, Usage
+from gliding.errors import GlidingError
 from gliding.llm.port import LLM
 from gliding.memory.archive import Archive
+from gliding.memory.ingest import Ingestor
 from gliding.scheduler import policy
 from gliding.tools.base import ToolContext, ToolGroupManager
 from gliding.tools.checks import run_checks_on
@@ -89,7 +91,7 @@ class JobRunner:
 
     def __init__(self, spec: JobSpec, *, settings: Settings, llm: LLM, archive: Archive,
                  bus: Bus, roles: dict[str, RoleSpec], tools: ToolGroupManager,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, ingestor: Ingestor | None = None) -> None:
         self.spec = spec
         self.settings = settings
         self.llm = llm
@@ -98,6 +100,7 @@ class JobRunner:
         self.roles = roles
         self.tools = tools
         self.clock = clock or SystemClock()
+        self.ingestor = ingestor
         self.budget = BudgetTracker(spec.limits, started_at=self.clock.monotonic())
         self.turns: list[TurnSummary] = []
         self.written: dict[str, str] = {}  # path -> IRI of the result that wrote it
@@ -122,6 +125,7 @@ class JobRunner:
         self.archive.set_meta("status", "running")
         await self._event("job.started", {"pipeline": list(choice.roles), "kind": choice.kind,
                                           "reason": choice.reason, "goal": spec.goal})
+        self._ingest("job_node", spec.goal)
         started = self.clock.monotonic()
         state: dict[str, Any] = {"plan": (), "checks": (), "decision": None, "report": "",
                                  "cycles": 0, "corrections": 0, "verified_by": "none"}
@@ -144,6 +148,9 @@ class JobRunner:
         passed = all(r.passed for r in state["checks"]) if state["checks"] else None
         out = policy.outcome(passed, state["decision"], self.stopped)
         artifacts = self._archive_artifacts()
+        for path, iri in artifacts:
+            self._ingest("artifact", path, iri)
+        self._ingest("job_node", spec.goal, out)
         self.archive.set_meta("status", out)
         report = JobReport(
             job=spec.job, outcome=out, pipeline=choice, cycles=state["cycles"],
@@ -271,6 +278,7 @@ class JobRunner:
             steps = list(dict.fromkeys(" ".join(str(s).split()) for s in
                                        (raw if isinstance(raw, list) else [raw])))
             steps = [s for s in steps if s]
+            self._ingest("plan", cycle, steps or [self.spec.goal], last_iri)
             return PlanMsg(job=job, cycle=cycle, steps=steps or [self.spec.goal],
                            turn_iri=last_iri)
         if role == "DA":
@@ -287,6 +295,7 @@ class JobRunner:
             results = await run_checks_on(self.spec.checks, self.spec.workspace,
                                           self.settings.tools)
             self._last_checks = results
+            self._ingest("check_report", cycle, a.attempt, results)
             return CheckReportMsg(
                 job=job, cycle=cycle, attempt=a.attempt, passed=all(x.passed for x in results),
                 results=[{"check": x.check.describe(), "status": x.status,
@@ -296,6 +305,7 @@ class JobRunner:
         options = a.context.get("options") or ["done", "another_cycle", "escalate"]
         if decision not in options:  # the AA never decided: pick the safe reading of the evidence
             decision = "done" if "done" in options else "escalate"
+        self._ingest("decision", cycle, decision, str(r.finish.get("report") or ""))
         return DecisionMsg(job=job, cycle=cycle, decision=decision,
                            report=str(r.finish.get("report") or r.error or ""))
 
@@ -331,6 +341,16 @@ class JobRunner:
         return "\n".join(lines)
 
     # ---- bookkeeping ------------------------------------------------------------------
+    def _ingest(self, what: str, *args: Any) -> None:
+        """Write to the blackboard (L2) if there is one; its failure never stops the job."""
+        if self.ingestor is None:
+            return
+        try:
+            getattr(self.ingestor, what)(*args)
+        except GlidingError as exc:
+            log.warning("blackboard.ingest.failed", job=self.spec.job, what=what,
+                        error=exc.message)
+
     def _read_archived(self, iri: str) -> str:
         item = self.archive.get(iri)
         return (item.content or b"").decode("utf-8", errors="replace")
