@@ -218,5 +218,36 @@ def bench_context(
                           indent=2) if out else text)
 
 
+@bench_app.command("memory")
+def bench_memory(
+    locomo: Path = typer.Argument(..., help="LoCoMo-format JSON (a list of conversations)."),
+    conversations: str = typer.Option("0-2", "--conversations", help="Indexes, e.g. 0-2,5."),
+    budgets: str = typer.Option("512,1024,2048,4096", "--budgets",
+                                help="Token budgets (cl100k_base), comma-separated."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
+    no_vectors: bool = typer.Option(False, "--no-vectors", help="Skip the embedding model."),
+    quantize: bool = typer.Option(False, "--quantize", help="int8 embedding model (faster)."),
+) -> None:
+    """Evidence recall of recency, bm25, vector and gliding (hybrid) retrieval on LoCoMo."""
+    import os
+
+    from gliding.errors import GlidingError
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        from gliding.bench.memory import parse_range, run_memory_bench
+
+        _settings()
+        result = run_memory_bench(locomo, parse_range(conversations), parse_range(budgets),
+                                  embedder=not no_vectors, quantize=quantize)
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    text = json.dumps(result, indent=2)
+    if out:
+        out.write_text(text + "\n", encoding="utf-8")
+    typer.echo(text)
+
+
 def main() -> None:
     app()

@@ -1,0 +1,225 @@
+"""Memory recall benchmark on LoCoMo-format conversations (``scripts/bench_memory.py``).
+
+For every selected conversation, its turns become memory items (one memory session per
+LoCoMo session, dated by ``session_N_date_time``; a turn's ``blip_caption`` is appended as
+``[image: ...]``). The dataset's ``observation``, ``session_summary`` and ``event_summary``
+fields are never read. Then, for every question with a non-empty evidence list, each method
+retrieves a context under each token budget (cl100k_base, counted with ``TokenCounter``) and
+is scored by evidence recall: |gold dia_ids whose turn is in the context| / |gold dia_ids|,
+malformed ids (not ``D<n>:<n>``) ignored, a question left with no valid id skipped.
+
+Methods, all packed by the same greedy packer into the same line format:
+
+- ``recency``: newest turns first;
+- ``bm25``: BM25 ranking of the turns;
+- ``vector``: cosine ranking with all-MiniLM-L6-v2 (absent when the model cannot load);
+- ``gliding``: ``HybridRecall`` with its defaults (fusion, entities, time, speaker,
+  importance, neighbouring turns).
+
+Output: ``questions``; ``methods`` → name → budget → ``recall`` and ``by_category``;
+``retrieval_ms_p50`` / ``retrieval_ms_p99`` of the ``gliding`` method (one ``recall`` call per
+question and budget, query embedding included); ``ingest_turns_per_s`` (BM25 + embeddings,
+model load excluded and reported as ``model_load_s``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gliding.context.tokens import TokenCounter
+from gliding.errors import UsageError
+from gliding.memory.recall import HybridRecall, MemoryItem, RecallSettings
+from gliding.memory.vectors import Embedder, load_embedder
+
+DIA_ID = re.compile(r"D(\d+):(\d+)")
+SESSION_KEY = re.compile(r"session_(\d+)")
+METHODS = ("recency", "bm25", "vector", "gliding")
+
+
+def load_conversations(path: Path) -> list[dict[str, Any]]:
+    """The LoCoMo JSON list; anything else is a UsageError."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read LoCoMo file {path}: {exc}") from exc
+    if not isinstance(data, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("conversation"), dict) for c in data):
+        raise UsageError(f"{path}: expected a list of LoCoMo samples with 'conversation'")
+    return data
+
+
+def parse_session_date(text: object) -> date | None:
+    """``1:56 pm on 8 May, 2023`` → 2023-05-08; anything unparsable → None."""
+    if not isinstance(text, str):
+        return None
+    for fmt in ("%I:%M %p on %d %B, %Y", "%d %B, %Y", "%d %B %Y"):
+        try:
+            return datetime.strptime(text.strip(), fmt).date()
+        except ValueError:
+            continue
+    match = re.search(r"(\d{1,2}) ([A-Za-z]+),? (\d{4})", text)
+    if match:
+        try:
+            return datetime.strptime(" ".join(match.groups()), "%d %B %Y").date()
+        except ValueError:
+            return None
+    return None
+
+
+def conversation_items(sample: dict[str, Any]) -> list[MemoryItem]:
+    """The turns of one sample as memory items, in conversation order."""
+    conversation = sample["conversation"]
+    sessions = sorted(int(m.group(1)) for key in conversation
+                      if (m := SESSION_KEY.fullmatch(key)) and isinstance(conversation[key], list))
+    items = []
+    for number in sessions:
+        day = parse_session_date(conversation.get(f"session_{number}_date_time"))
+        for position, turn in enumerate(conversation[f"session_{number}"], 1):
+            if not isinstance(turn, dict) or "dia_id" not in turn:
+                continue
+            text = str(turn.get("text", ""))
+            caption = turn.get("blip_caption")
+            if caption:
+                text = f"{text} [image: {caption}]"
+            items.append(MemoryItem(id=str(turn["dia_id"]), text=text, session=number,
+                                    date=day, speaker=str(turn.get("speaker", "")),
+                                    position=position))
+    return items
+
+
+def gold_ids(evidence: object) -> set[str]:
+    """Well-formed evidence ids, normalised (``D1:03`` → ``D1:3``); malformed ones dropped."""
+    if not isinstance(evidence, list):
+        return set()
+    out = set()
+    for raw in evidence:
+        match = DIA_ID.fullmatch(str(raw).strip())
+        if match:
+            out.add(f"D{int(match.group(1))}:{int(match.group(2))}")
+    return out
+
+
+def normalised_id(item_id: str) -> str:
+    match = DIA_ID.fullmatch(item_id)
+    return f"D{int(match.group(1))}:{int(match.group(2))}" if match else item_id
+
+
+def parse_range(text: str) -> list[int]:
+    """``0-2,5`` → [0, 1, 2, 5]."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                low, high = part.split("-", 1)
+                out.extend(range(int(low), int(high) + 1))
+            elif part.strip():
+                out.append(int(part))
+    except ValueError as exc:
+        raise UsageError(f"not a list of numbers or ranges: {text!r}") from exc
+    return out
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else 0.0
+
+
+def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[int], *,
+                     settings: RecallSettings | None = None,
+                     embedder: Embedder | None | bool = True,
+                     count: Callable[[str], int] | None = None,
+                     quantize: bool = False) -> dict[str, Any]:
+    """Run every method on the selected conversations; see the module docstring for output.
+
+    ``embedder``: True loads the MiniLM embedder (None if unavailable), False disables
+    vectors, or pass an ``Embedder``. Raises UsageError for an unreadable file or an index
+    outside the file.
+    """
+    samples = load_conversations(Path(path))
+    for index in conversations:
+        if not 0 <= index < len(samples):
+            raise UsageError(f"conversation {index} is not in {path} ({len(samples)} samples)")
+    counter = count or TokenCounter().count
+    load_started = time.perf_counter()
+    if embedder is True:
+        model: Embedder | None = load_embedder(quantize=quantize)
+    elif embedder is False:
+        model = None
+    else:
+        model = embedder
+    model_load_s = time.perf_counter() - load_started
+    methods = [m for m in METHODS if m != "vector" or model is not None]
+
+    hits: dict[str, dict[int, list[float]]] = {m: defaultdict(list) for m in methods}
+    by_cat: dict[str, dict[int, dict[str, list[float]]]] = {
+        m: defaultdict(lambda: defaultdict(list)) for m in methods}
+    latencies: list[float] = []
+    ingest_turns, ingest_s = 0, 0.0
+    questions = 0
+    for index in conversations:
+        sample = samples[index]
+        items = conversation_items(sample)
+        started = time.perf_counter()
+        memory = HybridRecall(count=counter, embedder=model,
+                              settings=settings or RecallSettings())
+        memory.add(items)
+        ingest_s += time.perf_counter() - started
+        ingest_turns += len(items)
+        recency = memory.recency()
+        for qa in sample.get("qa", []):
+            gold = gold_ids(qa.get("evidence"))
+            question = str(qa.get("question", ""))
+            if not gold or not question:
+                continue
+            questions += 1
+            category = str(qa.get("category", "?"))
+            rankings: dict[str, list[int]] = {"recency": recency,
+                                              "bm25": memory.rank(memory.lexical_scores(question))}
+            vector = memory.vector_scores(question)
+            if vector is not None:
+                rankings["vector"] = [int(i) for i in np.argsort(-vector, kind="stable")]
+            for budget in budgets:
+                for method in methods:
+                    if method == "gliding":
+                        started = time.perf_counter()
+                        packed = memory.recall(question, budget)
+                        latencies.append((time.perf_counter() - started) * 1000)
+                    else:
+                        packed = memory.pack_rows(rankings[method], budget)
+                    found = {normalised_id(i) for i in packed.ids}
+                    score = len(gold & found) / len(gold)
+                    hits[method][budget].append(score)
+                    by_cat[method][budget][category].append(score)
+
+    def mean(values: list[float]) -> float:
+        return round(statistics.fmean(values), 4) if values else 0.0
+
+    return {
+        "questions": questions,
+        "conversations": conversations,
+        "turns": ingest_turns,
+        "methods": {
+            method: {
+                str(budget): {
+                    "recall": mean(hits[method][budget]),
+                    "by_category": {cat: mean(v) for cat, v in
+                                    sorted(by_cat[method][budget].items())},
+                } for budget in budgets
+            } for method in methods
+        },
+        "vector_available": model is not None,
+        "retrieval_ms_p50": round(_percentile(latencies, 50), 2),
+        "retrieval_ms_p99": round(_percentile(latencies, 99), 2),
+        "ingest_turns_per_s": round(ingest_turns / ingest_s, 1) if ingest_s else 0.0,
+        "model_load_s": round(model_load_s, 2),
+        "quantized": bool(getattr(model, "quantized", False)),
+    }
