@@ -17,7 +17,7 @@ nothing new.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -31,8 +31,10 @@ from gliding.memory.vocabulary import to_jsonld
 class Ingestor:
     """Writes one job's nodes into the blackboard and their revisions into the job's archive."""
 
-    def __init__(self, board: Blackboard, archive: Archive, job: str) -> None:
+    def __init__(self, board: Blackboard, archive: Archive, job: str,
+                 on_write: Callable[[str], object] | None = None) -> None:
         self.board = board
+        self.on_write = on_write  # e.g. Projector.invalidate: views that used a node go stale
         self.archive = archive
         self.job = job
         self.job_iri = f"gliding://job/{job}"
@@ -48,6 +50,8 @@ class Ingestor:
         if digest == last:
             return iri
         self.board.put(node, graph=self.graph)
+        if self.on_write is not None:
+            self.on_write(iri)
         revision += 1
         self.archive.put(self._revision_iri(iri, revision), text, kind="node",
                          media_type="application/ld+json", meta={"node": iri})

@@ -1,0 +1,109 @@
+"""L3 projection: per-role frames over the blackboard, rendered into a compact briefing.
+
+A frame is a SPARQL CONSTRUCT template over the vocabulary of ``vocabulary.py``, around a focus
+(the job), one hop deep, always with a LIMIT. Values enter templates only through
+``sparql_iri`` (never by string pasting). The rendered briefing is cut to a token budget. Views
+are cached per (role, focus) and dropped when any node they used is written again
+(``invalidate``, called by the ingestion path).
+
+Frames (what each role is shown):
+
+    PA  the job, earlier decisions and failed checks (why a new cycle started)
+    DA  plan steps (text, status, order) and failed checks with their evidence
+    CA  artifacts and plan steps
+    AA  check reports and artifacts
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gliding.memory.blackboard import Blackboard, Ref, Triple, sparql_iri
+from gliding.memory.vocabulary import NS
+
+_PREFIX = f"PREFIX gl: <{NS}>\n"
+_ONE_HOP = """CONSTRUCT {{ ?s ?p ?o }} WHERE {{ GRAPH {graph} {{
+  ?s gl:partOf ?parent . ?s a ?type . ?s ?p ?o .
+  FILTER(?type IN ({types}))
+  {extra}
+}} }} LIMIT {limit}"""
+
+FRAMES: dict[str, dict[str, str]] = {
+    "PA": {"types": "gl:Decision, gl:CheckReport", "extra": ""},
+    "DA": {"types": "gl:Step, gl:CheckReport", "extra": ""},
+    "CA": {"types": "gl:Artifact, gl:Step", "extra": ""},
+    "AA": {"types": "gl:CheckReport, gl:Artifact", "extra": ""},
+}
+HOPS_LIMIT = 200
+
+
+def frame_query(role: str, graph: str, limit: int = HOPS_LIMIT) -> str:
+    """The CONSTRUCT query of ``role``'s frame for the job graph ``graph``."""
+    frame = FRAMES[role]
+    return _PREFIX + _ONE_HOP.format(graph=sparql_iri(graph), types=frame["types"],
+                                     extra=frame["extra"], limit=int(limit))
+
+
+@dataclass
+class _View:
+    text: str
+    used: frozenset[str]
+
+
+@dataclass
+class Projector:
+    """Builds and caches briefings; ``count`` measures tokens (cl100k in the runtime)."""
+
+    board: Blackboard
+    count: Callable[[str], int]
+    views: dict[tuple[str, str, int], _View] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+    def briefing(self, role: str, graph: str, budget_tokens: int) -> str:
+        key = (role, graph, budget_tokens)
+        view = self.views.get(key)
+        if view is not None:
+            self.hits += 1
+            return view.text
+        self.misses += 1
+        triples = self.board.construct(frame_query(role, graph))
+        text, used = render(triples, budget_tokens, self.count)
+        self.views[key] = _View(text, used)
+        return text
+
+    def invalidate(self, iri: str) -> int:
+        """Drop every view that used ``iri``; returns how many were dropped."""
+        stale = [k for k, v in self.views.items() if iri in v.used]
+        for k in stale:
+            del self.views[k]
+        return len(stale)
+
+
+def render(triples: list[Triple], budget_tokens: int,
+           count: Callable[[str], int]) -> tuple[str, frozenset[str]]:
+    """One line per node, ``Type <iri-tail>: key=value; ...``, while the budget lasts."""
+    nodes: dict[str, dict[str, list[str]]] = {}
+    for t in triples:
+        props = nodes.setdefault(t.subject.iri, {})
+        name = t.predicate.iri.rsplit("#", 1)[-1].rsplit("/", 1)[-1]
+        value = t.object.iri if isinstance(t.object, Ref) else str(getattr(t.object, "value",
+                                                                           t.object))
+        props.setdefault(name, []).append(value)
+    lines: list[str] = []
+    used: set[str] = set()
+    total = 0
+    for iri in sorted(nodes):
+        props = nodes[iri]
+        kind = (props.pop("type", ["?"])[0]).rsplit("#", 1)[-1]
+        props.pop("partOf", None)
+        body = "; ".join(f"{k}={' | '.join(v)[:200]}" for k, v in sorted(props.items()))
+        line = f"{kind} <{iri}>: {body}"
+        cost = count(line) + 1
+        if total + cost > budget_tokens:
+            break
+        lines.append(line)
+        used.add(iri)
+        total += cost
+    return "\n".join(lines), frozenset(used)

@@ -1,0 +1,122 @@
+"""L3 projection: every role's frame matches data the live path wrote, the briefing fits its
+budget, views are cached and dropped when a node they used changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gliding.config.loader import load_settings
+from gliding.config.task import load_task
+from gliding.context.tokens import TokenCounter
+from gliding.daemon.compose import blackboard_path, run_job
+from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+from gliding.memory.projection import FRAMES, Projector, frame_query
+from gliding.memory.vocabulary import VocabularyError
+from gliding.testing import ScriptedLLM, call
+
+TASK = """goal: Create hello.txt and HELLO.txt
+pipeline: [PA, DA, CA, AA]
+checks:
+  - file_contains: {path: hello.txt, text: Hello}
+  - file_contains: {path: HELLO.txt, text: HELLO}
+"""
+COUNT = TokenCounter().count
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A job run through the real runtime with a scripted team: one check fails."""
+    tmp = tmp_path_factory.mktemp("job")
+    (tmp / "task.yaml").write_text(TASK)
+    llm = ScriptedLLM({
+        "PA": [call("finish", steps=["write hello.txt", "write HELLO.txt"])],
+        "DA": [call("write_file", path="hello.txt", content="Hello"),
+               call("finish", summary="only one file")],
+        "CA": [call("run_checks"), call("finish", notes="HELLO.txt missing")],
+        "AA": [call("finish", decision="escalate", report="HELLO.txt is missing")],
+    })
+    settings = load_settings(overrides={"data_dir": str(tmp / "data"),
+                                        "scheduler.max_corrections": 0,
+                                        "scheduler.max_cycles": 1}, env={})
+    handle = anyio.run(lambda: run_job(load_task(tmp / "task.yaml"), settings, llm=llm))
+    return tmp / "data", handle.report.job
+
+
+@pytest.mark.parametrize("role", sorted(FRAMES))
+def test_every_frame_matches_data_the_live_path_wrote(live: tuple[Path, str], role: str) -> None:
+    data, job = live
+    board = OxigraphBlackboard.open(blackboard_path(data))
+    try:
+        triples = board.construct(frame_query(role, f"gliding://job/{job}"))
+        assert triples, f"the {role} frame matched nothing"
+        text = Projector(board, COUNT).briefing(role, f"gliding://job/{job}", 400)
+        assert text and COUNT(text) <= 400
+    finally:
+        board.close()
+
+
+def test_da_sees_the_steps_and_the_failed_check(live: tuple[Path, str]) -> None:
+    data, job = live
+    board = OxigraphBlackboard.open(blackboard_path(data))
+    try:
+        text = Projector(board, COUNT).briefing("DA", f"gliding://job/{job}", 1000)
+    finally:
+        board.close()
+    assert "Step" in text and "write HELLO.txt" in text
+    assert "status=fail" in text and "HELLO.txt" in text
+
+
+def test_views_are_cached_and_invalidated_by_a_write(live: tuple[Path, str]) -> None:
+    data, job = live
+    board = OxigraphBlackboard.open(blackboard_path(data))
+    try:
+        projector = Projector(board, COUNT)
+        graph = f"gliding://job/{job}"
+        first = projector.briefing("DA", graph, 1000)
+        assert projector.briefing("DA", graph, 1000) == first and projector.hits == 1
+        step = f"{graph}/plan/1/step/1"
+        assert projector.invalidate(f"{graph}/unrelated") == 0
+        assert projector.invalidate(step) == 1
+        board.put({"@id": step, "@type": "Step", "text": "write hello.txt", "status": "done",
+                   "partOf": f"{graph}/plan/1"}, graph=graph)
+        assert "status=done" in projector.briefing("DA", graph, 1000)
+        assert projector.misses == 2
+    finally:
+        board.close()
+
+
+def test_a_tight_budget_cuts_whole_lines() -> None:
+    board = OxigraphBlackboard.in_memory()
+    graph = "gliding://job/j"
+    for i in range(30):
+        board.put({"@id": f"{graph}/plan/1/step/{i}", "@type": "Step", "text": f"step {i} " * 5,
+                   "partOf": f"{graph}/plan/1"}, graph=graph)
+    text = Projector(board, COUNT).briefing("DA", graph, 100)
+    assert 0 < COUNT(text) <= 100
+    assert all(line.startswith("Step <") for line in text.splitlines())
+
+
+def test_frames_always_have_a_limit_and_refuse_hostile_graphs() -> None:
+    assert "LIMIT 200" in frame_query("DA", "gliding://job/j")
+    with pytest.raises(VocabularyError):
+        frame_query("DA", "gliding://job/j> } ; DROP ALL ; <x")
+
+
+def test_ingestion_invalidates_the_views_that_used_a_node(tmp_path: Path) -> None:
+    from gliding.memory.archive import Archive
+    from gliding.memory.ingest import Ingestor
+
+    board = OxigraphBlackboard.in_memory()
+    projector = Projector(board, COUNT)
+    with Archive.open(tmp_path, "j") as archive:
+        ingestor = Ingestor(board, archive, "j", on_write=projector.invalidate)
+        ingestor.job_node("goal")
+        ingestor.plan(1, ["first", "second"], None)
+        before = projector.briefing("DA", "gliding://job/j", 500)
+        assert "first" in before
+        ingestor.plan(1, ["first, revised", "second"], None)
+        after = projector.briefing("DA", "gliding://job/j", 500)
+        assert "first, revised" in after and projector.misses == 2
