@@ -155,18 +155,10 @@ def memory_query(
     from gliding.errors import GlidingError
 
     try:
-        from gliding.daemon.compose import blackboard_path
-        from gliding.errors import NotFoundError
-        from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
         from gliding.memory.blackboard import check_read_only_query
 
-        settings = _settings({"data_dir": str(data_dir)} if data_dir else {})
         checked = check_read_only_query(sparql, max_limit=limit)
-        path = blackboard_path(settings.data_dir)
-        if not path.exists():
-            raise NotFoundError(f"no blackboard in {settings.data_dir}",
-                                hint="run a job first, or pass --data-dir")
-        board = OxigraphBlackboard.open(path, max_limit=limit)
+        board = _open_board(data_dir)
         try:
             rows = board.query(checked.text, timeout_s=timeout_s)
         finally:
@@ -176,6 +168,71 @@ def memory_query(
         return
     for row in rows:
         typer.echo(json.dumps(row, default=_plain, ensure_ascii=False))
+
+
+@memory_app.command("search")
+def memory_search(
+    text: str = typer.Argument(..., help="Words to look for."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where the blackboard is."),
+    k: int = typer.Option(10, "--top", "-k", help="How many nodes to show."),
+) -> None:
+    """Search the blackboard's nodes (plans, steps, checks, decisions, artifacts) by text."""
+    from gliding.errors import GlidingError
+
+    try:
+        from gliding.memory.search import search_nodes
+
+        board = _open_board(data_dir)
+        try:
+            hits = search_nodes(board, text, k=k)
+        finally:
+            board.close()
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    if not hits:
+        typer.echo("no node matches", err=True)
+    for hit in hits:
+        typer.echo(f"{hit.score:7.3f}  {hit.type:<11} {hit.iri}\n         {hit.text}")
+
+
+@memory_app.command("graph")
+def memory_graph(
+    iri: str = typer.Argument(..., help="The node, e.g. gliding://job/<job>/plan/1."),
+    png: Path = typer.Option(..., "--png", help="Write the picture here."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where the blackboard is."),
+) -> None:
+    """Draw a node's 1-hop neighbourhood on the blackboard as a PNG."""
+    from gliding.errors import GlidingError
+
+    try:
+        from gliding.memory.picture import draw, neighbourhood
+        from gliding.memory.vocabulary import check_iri
+
+        check_iri(iri)
+        board = _open_board(data_dir)
+        try:
+            rows = neighbourhood(board, iri)
+        finally:
+            board.close()
+        draw(iri, rows, png)
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    typer.echo(f"{len(rows)} edges drawn to {png}")
+
+
+def _open_board(data_dir: Path | None) -> Any:
+    from gliding.daemon.compose import blackboard_path
+    from gliding.errors import NotFoundError
+    from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+
+    settings = _settings({"data_dir": str(data_dir)} if data_dir else {})
+    path = blackboard_path(settings.data_dir)
+    if not path.exists():
+        raise NotFoundError(f"no blackboard in {settings.data_dir}",
+                            hint="run a job first, or pass --data-dir")
+    return OxigraphBlackboard.open(path)
 
 
 def _plain(value: Any) -> Any:

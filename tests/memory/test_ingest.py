@@ -97,3 +97,27 @@ def test_a_held_blackboard_degrades_to_no_l2_without_failing_the_job(tmp_path: P
         run(tmp_path)  # the store is locked by this process: the job runs without L2
     finally:
         holder.close()
+
+
+def test_memory_search_finds_nodes_by_their_words(tmp_path: Path) -> None:
+    job = run(tmp_path)
+    out = subprocess.run([GLIDING, "memory", "search", "verify it", "--data-dir",
+                          str(tmp_path / "data"), "-k", "3"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert "Step" in first and f"gliding://job/{job}/plan/1/step/2" in first
+
+
+def test_memory_graph_draws_a_neighbourhood(tmp_path: Path) -> None:
+    job = run(tmp_path)
+    png = tmp_path / "g.png"
+    out = subprocess.run([GLIDING, "memory", "graph", f"gliding://job/{job}", "--png", str(png),
+                          "--data-dir", str(tmp_path / "data")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = subprocess.run([GLIDING, "memory", "graph", "not an iri", "--png", str(png),
+                          "--data-dir", str(tmp_path / "data")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
