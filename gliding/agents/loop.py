@@ -129,7 +129,9 @@ class AgentEnv:
 async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     """Drive one role until it finishes, hits its turn cap or budget, or the model fails."""
     role = env.role
-    system = "\n\n".join(x for x in (role.system_prompt(), memory_note(env.context),
+    reads_back = "read_result" in env.toolset.names
+    system = "\n\n".join(x for x in (role.system_prompt(),
+                                      memory_note(env.context) if reads_back else "",
                                       env.extra_system) if x)
     engine = ContextEngine(env.context, env.counter,
                            [Message("system", system), *role.examples,

@@ -16,6 +16,7 @@ from gliding.bus.inproc import InProcessBus
 from gliding.bus.messages import JobEvent
 from gliding.config.settings import Settings
 from gliding.config.task import Task
+from gliding.context.tokens import TokenCounter
 from gliding.core.budget import Limits
 from gliding.core.clock import Clock, SystemClock
 from gliding.core.ids import new_job_id
@@ -24,6 +25,7 @@ from gliding.llm.port import LLM, backend_kind
 from gliding.memory.archive import Archive, archive_path
 from gliding.memory.blackboard import Blackboard
 from gliding.memory.ingest import Ingestor
+from gliding.memory.projection import Projector
 from gliding.scheduler.runner import JobReport, JobRunner, JobSpec
 from gliding.tools.base import ToolGroupManager, builtin_groups
 
@@ -75,10 +77,14 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
         archive.set_meta("task", str(task.source))
         archive.set_meta("model", backend.name)
         board = open_blackboard(settings.data_dir)
-        ingestor = Ingestor(board, archive, job) if board is not None else None
+        projector = ingestor = None
+        if board is not None:
+            counter = TokenCounter(settings.context.tokenizer)
+            projector = Projector(board, counter.count)
+            ingestor = Ingestor(board, archive, job, on_write=projector.invalidate)
         runner = JobRunner(spec, settings=settings, llm=backend, archive=archive, bus=bus,
                            roles=roles, tools=ToolGroupManager(builtin_groups()), clock=clock,
-                           ingestor=ingestor)
+                           ingestor=ingestor, projector=projector)
         async with bus.subscribe(f"job/{job}/events", max_buffer=1000) as events:
             async with anyio.create_task_group() as tg:
                 if on_event is not None:

@@ -17,9 +17,10 @@ This docstring is the one place the levels are listed; modules are named for wha
            queried read-only with SPARQL; embedded Oxigraph or a    backends/
            SPARQL 1.1 endpoint; ingest.py writes a job's nodes     ingest.py
            and archives every revision in L0
-    L3     projection: per-role SPARQL frames rendered into a       projection.py       built,
-           compact briefing within a token budget; views cached                         not yet
-           and invalidated by writes to nodes they used                                 in prompts
+    L3     projection: per-role SPARQL frames rendered into a       projection.py       built
+           compact briefing within a token budget (in each role's
+           system prompt); views cached and invalidated by writes
+           to nodes they used
     recall long-term retrieval over memory items: BM25 (lexical),  lexical.py          built
            embeddings with an exact numpy index (vectors), and     vectors.py
            hybrid recall (fusion, neighbours, time, importance)    recall.py

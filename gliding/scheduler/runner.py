@@ -39,12 +39,14 @@ from gliding.errors import GlidingError
 from gliding.llm.port import LLM
 from gliding.memory.archive import Archive
 from gliding.memory.ingest import Ingestor
+from gliding.memory.projection import Projector
 from gliding.scheduler import policy
 from gliding.tools.base import ToolContext, ToolGroupManager
 from gliding.tools.checks import run_checks_on
 
 log = structlog.get_logger("gliding.scheduler")
 
+BRIEFING_TOKENS = 300  # the L3 briefing's share of a role's system prompt
 WRITING_TOOLS = ("write_file", "edit_file")
 
 
@@ -91,7 +93,8 @@ class JobRunner:
 
     def __init__(self, spec: JobSpec, *, settings: Settings, llm: LLM, archive: Archive,
                  bus: Bus, roles: dict[str, RoleSpec], tools: ToolGroupManager,
-                 clock: Clock | None = None, ingestor: Ingestor | None = None) -> None:
+                 clock: Clock | None = None, ingestor: Ingestor | None = None,
+                 projector: Projector | None = None) -> None:
         self.spec = spec
         self.settings = settings
         self.llm = llm
@@ -101,6 +104,7 @@ class JobRunner:
         self.tools = tools
         self.clock = clock or SystemClock()
         self.ingestor = ingestor
+        self.projector = projector
         self.budget = BudgetTracker(spec.limits, started_at=self.clock.monotonic())
         self.turns: list[TurnSummary] = []
         self.written: dict[str, str] = {}  # path -> IRI of the result that wrote it
@@ -254,6 +258,7 @@ class JobRunner:
             now=self.clock.monotonic, max_turns=self.spec.limits.turns.get(spec.name,
                                                                          spec.max_turns),
             context=self.settings.context, counter=self.counter,
+            extra_system=self._briefing(spec.name),
         )
         await self._event("role.started", {"role": spec.name, "cycle": a.cycle,
                                            "attempt": a.attempt})
@@ -341,6 +346,19 @@ class JobRunner:
         return "\n".join(lines)
 
     # ---- bookkeeping ------------------------------------------------------------------
+    def _briefing(self, role: str) -> str:
+        """The role's L3 view of the blackboard, or "" (no board, nothing yet, or it failed)."""
+        if self.projector is None:
+            return ""
+        try:
+            text = self.projector.briefing(role, f"gliding://job/{self.spec.job}",
+                                           BRIEFING_TOKENS)
+        except GlidingError as exc:
+            log.warning("blackboard.projection.failed", job=self.spec.job, role=role,
+                        error=exc.message)
+            return ""
+        return f"Blackboard (what the team recorded so far):\n{text}" if text else ""
+
     def _ingest(self, what: str, *args: Any) -> None:
         """Write to the blackboard (L2) if there is one; its failure never stops the job."""
         if self.ingestor is None:

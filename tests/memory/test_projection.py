@@ -120,3 +120,23 @@ def test_ingestion_invalidates_the_views_that_used_a_node(tmp_path: Path) -> Non
         ingestor.plan(1, ["first, revised", "second"], None)
         after = projector.briefing("DA", "gliding://job/j", 500)
         assert "first, revised" in after and projector.misses == 2
+
+
+def test_the_runtime_hands_each_role_its_briefing(tmp_path: Path) -> None:
+    (tmp_path / "task.yaml").write_text(TASK)
+    llm = ScriptedLLM({
+        "PA": [call("finish", steps=["write hello.txt", "write HELLO.txt"])],
+        "DA": [call("write_file", path="hello.txt", content="Hello"),
+               call("write_file", path="HELLO.txt", content="HELLO"),
+               call("finish", summary="both written")],
+        "CA": [call("run_checks"), call("finish", notes="ok")],
+        "AA": [call("finish", decision="done", report="ok")],
+    })
+    settings = load_settings(overrides={"data_dir": str(tmp_path / "data")}, env={})
+    handle = anyio.run(lambda: run_job(load_task(tmp_path / "task.yaml"), settings, llm=llm))
+    assert handle.report.outcome == "success"
+    systems = {r.meta["role"]: r.messages[0].content for r in llm.requests}
+    assert "Blackboard" not in systems["PA"]  # nothing recorded before the plan
+    assert "Blackboard (what the team recorded so far)" in systems["DA"]
+    assert "write HELLO.txt" in systems["DA"]
+    assert "CheckReport" in systems["AA"] and "status=pass" in systems["AA"]
