@@ -32,7 +32,7 @@ class Ingestor:
     """Writes one job's nodes into the blackboard and their revisions into the job's archive."""
 
     def __init__(self, board: Blackboard, archive: Archive, job: str,
-                 on_write: Callable[[str], object] | None = None) -> None:
+                 on_write: Callable[[str, str], object] | None = None) -> None:
         self.board = board
         self.on_write = on_write  # e.g. Projector.invalidate: views that used a node go stale
         self.archive = archive
@@ -51,7 +51,7 @@ class Ingestor:
             return iri
         self.board.put(node, graph=self.graph)
         if self.on_write is not None:
-            self.on_write(iri)
+            self.on_write(iri, str(node.get("@type")))
         revision += 1
         self.archive.put(self._revision_iri(iri, revision), text, kind="node",
                          media_type="application/ld+json", meta={"node": iri})

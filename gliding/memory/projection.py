@@ -8,10 +8,11 @@ are cached per (role, focus) and dropped when any node they used is written agai
 
 Frames (what each role is shown):
 
-    PA  the job, earlier decisions and failed checks (why a new cycle started)
-    DA  plan steps (text, status, order) and failed checks with their evidence
+    PA  earlier decisions and check reports (why a new cycle started)
+    DA  check reports with their evidence and the artifacts so far (the plan is in its
+        assignment)
     CA  artifacts and plan steps
-    AA  check reports and artifacts
+    AA  plan steps and earlier decisions (the check report is in its assignment)
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ _ONE_HOP = """CONSTRUCT {{ ?s ?p ?o }} WHERE {{ GRAPH {graph} {{
   {extra}
 }} }} LIMIT {limit}"""
 
-FRAMES: dict[str, dict[str, str]] = {
+FRAMES: dict[str, dict[str, str]] = {  # what a role's assignment does not already carry
     "PA": {"types": "gl:Decision, gl:CheckReport", "extra": ""},
-    "DA": {"types": "gl:Step, gl:CheckReport", "extra": ""},
+    "DA": {"types": "gl:CheckReport, gl:Artifact", "extra": ""},
     "CA": {"types": "gl:Artifact, gl:Step", "extra": ""},
-    "AA": {"types": "gl:CheckReport, gl:Artifact", "extra": ""},
+    "AA": {"types": "gl:Step, gl:Decision", "extra": ""},
 }
 HOPS_LIMIT = 200
 
@@ -73,9 +74,12 @@ class Projector:
         self.views[key] = _View(text, used)
         return text
 
-    def invalidate(self, iri: str) -> int:
-        """Drop every view that used ``iri``; returns how many were dropped."""
-        stale = [k for k, v in self.views.items() if iri in v.used]
+    def invalidate(self, iri: str, node_type: str | None = None) -> int:
+        """Drop every view that used ``iri`` and, when the written node's type is given, every
+        view whose frame selects that type (a new node may belong in it); returns how many."""
+        stale = [k for k, v in self.views.items()
+                 if iri in v.used or (node_type is not None
+                                      and f"gl:{node_type}" in FRAMES[k[0]]["types"])]
         for k in stale:
             del self.views[k]
         return len(stale)

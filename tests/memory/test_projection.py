@@ -58,15 +58,15 @@ def test_every_frame_matches_data_the_live_path_wrote(live: tuple[Path, str], ro
         board.close()
 
 
-def test_da_sees_the_steps_and_the_failed_check(live: tuple[Path, str]) -> None:
+def test_da_sees_the_failed_check_and_the_artifacts(live: tuple[Path, str]) -> None:
     data, job = live
     board = OxigraphBlackboard.open(blackboard_path(data))
     try:
         text = Projector(board, COUNT).briefing("DA", f"gliding://job/{job}", 1000)
     finally:
         board.close()
-    assert "Step" in text and "write HELLO.txt" in text
     assert "status=fail" in text and "HELLO.txt" in text
+    assert "Artifact <" in text and "path=hello.txt" in text
 
 
 def test_views_are_cached_and_invalidated_by_a_write(live: tuple[Path, str]) -> None:
@@ -75,14 +75,15 @@ def test_views_are_cached_and_invalidated_by_a_write(live: tuple[Path, str]) -> 
     try:
         projector = Projector(board, COUNT)
         graph = f"gliding://job/{job}"
-        first = projector.briefing("DA", graph, 1000)
-        assert projector.briefing("DA", graph, 1000) == first and projector.hits == 1
+        first = projector.briefing("CA", graph, 1000)
+        assert projector.briefing("CA", graph, 1000) == first and projector.hits == 1
         step = f"{graph}/plan/1/step/1"
         assert projector.invalidate(f"{graph}/unrelated") == 0
+        assert projector.invalidate(f"{graph}/unrelated", "Person") == 0
         assert projector.invalidate(step) == 1
         board.put({"@id": step, "@type": "Step", "text": "write hello.txt", "status": "done",
                    "partOf": f"{graph}/plan/1"}, graph=graph)
-        assert "status=done" in projector.briefing("DA", graph, 1000)
+        assert "status=done" in projector.briefing("CA", graph, 1000)
         assert projector.misses == 2
     finally:
         board.close()
@@ -94,7 +95,7 @@ def test_a_tight_budget_cuts_whole_lines() -> None:
     for i in range(30):
         board.put({"@id": f"{graph}/plan/1/step/{i}", "@type": "Step", "text": f"step {i} " * 5,
                    "partOf": f"{graph}/plan/1"}, graph=graph)
-    text = Projector(board, COUNT).briefing("DA", graph, 100)
+    text = Projector(board, COUNT).briefing("CA", graph, 100)
     assert 0 < COUNT(text) <= 100
     assert all(line.startswith("Step <") for line in text.splitlines())
 
@@ -115,10 +116,10 @@ def test_ingestion_invalidates_the_views_that_used_a_node(tmp_path: Path) -> Non
         ingestor = Ingestor(board, archive, "j", on_write=projector.invalidate)
         ingestor.job_node("goal")
         ingestor.plan(1, ["first", "second"], None)
-        before = projector.briefing("DA", "gliding://job/j", 500)
+        before = projector.briefing("CA", "gliding://job/j", 500)
         assert "first" in before
         ingestor.plan(1, ["first, revised", "second"], None)
-        after = projector.briefing("DA", "gliding://job/j", 500)
+        after = projector.briefing("CA", "gliding://job/j", 500)
         assert "first, revised" in after and projector.misses == 2
 
 
@@ -127,16 +128,34 @@ def test_the_runtime_hands_each_role_its_briefing(tmp_path: Path) -> None:
     llm = ScriptedLLM({
         "PA": [call("finish", steps=["write hello.txt", "write HELLO.txt"])],
         "DA": [call("write_file", path="hello.txt", content="Hello"),
+               call("finish", summary="one written"),
                call("write_file", path="HELLO.txt", content="HELLO"),
                call("finish", summary="both written")],
-        "CA": [call("run_checks"), call("finish", notes="ok")],
+        "CA": [call("run_checks"), call("finish", notes="HELLO.txt missing"),
+               call("run_checks"), call("finish", notes="ok")],
         "AA": [call("finish", decision="done", report="ok")],
     })
     settings = load_settings(overrides={"data_dir": str(tmp_path / "data")}, env={})
     handle = anyio.run(lambda: run_job(load_task(tmp_path / "task.yaml"), settings, llm=llm))
     assert handle.report.outcome == "success"
-    systems = {r.meta["role"]: r.messages[0].content for r in llm.requests}
-    assert "Blackboard" not in systems["PA"]  # nothing recorded before the plan
-    assert "Blackboard (what the team recorded so far)" in systems["DA"]
-    assert "write HELLO.txt" in systems["DA"]
-    assert "CheckReport" in systems["AA"] and "status=pass" in systems["AA"]
+    systems: dict[str, list[str]] = {}
+    for r in llm.requests:
+        systems.setdefault(r.meta["role"], []).append(r.messages[0].content)
+    assert "Blackboard" not in systems["PA"][0]  # nothing recorded before the plan
+    assert "Blackboard" not in systems["DA"][0]  # first attempt: no check report yet
+    correction = systems["DA"][-1]
+    assert "Blackboard (what the team recorded so far)" in correction
+    assert "status=fail" in correction and "HELLO.txt" in correction
+    assert "write HELLO.txt" in systems["CA"][0] and "Step <" in systems["AA"][0]
+
+
+def test_a_new_node_of_a_framed_type_invalidates_an_empty_view() -> None:
+    board = OxigraphBlackboard.in_memory()
+    graph = "gliding://job/j"
+    projector = Projector(board, COUNT)
+    assert projector.briefing("DA", graph, 300) == ""
+    iri = f"{graph}/check/1.0/1"
+    board.put({"@id": iri, "@type": "CheckReport", "status": "fail", "about": [graph],
+               "partOf": graph}, graph=graph)
+    assert projector.invalidate(iri, "CheckReport") == 1
+    assert "status=fail" in projector.briefing("DA", graph, 300)
