@@ -29,11 +29,12 @@ import json
 import re
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gliding.bench.stats import percentile
 from gliding.config.settings import ContextSettings
 from gliding.context.engine import ContextEngine
 from gliding.context.tokens import MESSAGE_OVERHEAD, TokenCounter
@@ -298,8 +299,8 @@ def run_bench(path: Path, *, settings: ContextSettings | None = None,
             "cached_cost": round(sum(t.cached_cost for t in tallies), 1),
             "fact_recall": _ratio(found, facts),
             "recoverability": _ratio(sum(t.recovered for t in tallies), outputs),
-            "assembly_ms_p50": round(_percentile(all_ms, 50), 3),
-            "assembly_ms_p99": round(_percentile(all_ms, 99), 3),
+            "assembly_ms_p50": round(percentile(all_ms, 50), 3),
+            "assembly_ms_p99": round(percentile(all_ms, 99), 3),
             "per_trajectory": [
                 {"task_id": records[i].get("task_id"), "system": records[i].get("system"),
                  **t.as_dict()} for i, t in enumerate(tallies)],
@@ -311,7 +312,7 @@ def run_bench(path: Path, *, settings: ContextSettings | None = None,
             "total_prompt_tokens": _saving(s["total_prompt_tokens"], naive["total_prompt_tokens"]),
             "cached_cost": _saving(s["cached_cost"], naive["cached_cost"]),
         }
-    out["strategies"]["gliding"]["archive_ms_p50"] = round(_percentile(archive_ms, 50), 3)
+    out["strategies"]["gliding"]["archive_ms_p50"] = round(percentile(archive_ms, 50), 3)
     out["plot"] = {"task_id": records[plot_index].get("task_id"), "prompt_tokens": plot}
     return out
 
@@ -371,11 +372,3 @@ def _ratio(a: int, b: int) -> float:
 def _saving(value: float, base: float) -> float:
     return round(1 - value / base, 4) if base else 0.0
 
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)

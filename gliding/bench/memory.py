@@ -29,13 +29,14 @@ import re
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gliding.bench.stats import percentile
 from gliding.context.tokens import TokenCounter
 from gliding.errors import UsageError
 from gliding.memory.recall import HybridRecall, MemoryItem, RecallSettings
@@ -129,10 +130,6 @@ def parse_range(text: str) -> list[int]:
     return out
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else 0.0
-
-
 def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[int], *,
                      settings: RecallSettings | None = None,
                      embedder: Embedder | None | bool = True,
@@ -217,8 +214,8 @@ def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[i
             } for method in methods
         },
         "vector_available": model is not None,
-        "retrieval_ms_p50": round(_percentile(latencies, 50), 2),
-        "retrieval_ms_p99": round(_percentile(latencies, 99), 2),
+        "retrieval_ms_p50": round(percentile(latencies, 50), 2),
+        "retrieval_ms_p99": round(percentile(latencies, 99), 2),
         "ingest_turns_per_s": round(ingest_turns / ingest_s, 1) if ingest_s else 0.0,
         "model_load_s": round(model_load_s, 2),
         "quantized": bool(getattr(model, "quantized", False)),

@@ -53,6 +53,11 @@ def _settings(overrides: dict[str, Any] | None = None) -> Any:
     return settings
 
 
+def _data_dir(data_dir: Path | None) -> dict[str, Any]:
+    """The --data-dir flag as a settings override (none when the flag is absent)."""
+    return {"data_dir": str(data_dir)} if data_dir else {}
+
+
 def _fail(exc: Exception) -> None:
     from gliding.errors import GlidingError
 
@@ -81,8 +86,7 @@ def run(
         from gliding.config.task import load_task
         from gliding.daemon.compose import run_job
 
-        overrides = {"data_dir": str(data_dir)} if data_dir else {}
-        settings = _settings(overrides)
+        settings = _settings(_data_dir(data_dir))
         spec = load_task(task)
 
         def show(event: Any) -> None:
@@ -123,7 +127,7 @@ def memory_show(
     from gliding.memory.archive import open_for_iri
 
     try:
-        settings = _settings({"data_dir": str(data_dir)} if data_dir else {})
+        settings = _settings(_data_dir(data_dir))
         parsed_iri = parse_iri(iri)
         if parsed_iri.kind is None:
             raise IRIError(f"{iri} names a job, not an archived item",
@@ -227,7 +231,7 @@ def _open_board(data_dir: Path | None) -> Any:
     from gliding.errors import NotFoundError
     from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 
-    settings = _settings({"data_dir": str(data_dir)} if data_dir else {})
+    settings = _settings(_data_dir(data_dir))
     path = blackboard_path(settings.data_dir)
     if not path.exists():
         raise NotFoundError(f"no blackboard in {settings.data_dir}",
