@@ -32,14 +32,14 @@ def main() -> int:
     parser.add_argument("--budgets", default="512,1024,2048,4096",
                         help="token budgets (cl100k_base), comma-separated")
     parser.add_argument("--no-vectors", action="store_true", help="skip the embedding model")
-    parser.add_argument("--quantize", action="store_true",
-                        help="int8-quantise the embedding model (faster, slightly lower recall)")
+    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "int8"],
+                        help="embedding model precision (auto: bf16 where the CPU has it)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = parser.parse_args()
     try:
         result = run_memory_bench(args.locomo, parse_range(args.conversations),
                                   parse_range(args.budgets), embedder=not args.no_vectors,
-                                  quantize=args.quantize)
+                                  precision=args.precision)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +40,15 @@ import numpy as np
 from gliding.bench.stats import percentile
 from gliding.context.tokens import TokenCounter
 from gliding.errors import UsageError
-from gliding.memory.recall import HybridRecall, MemoryItem, RecallSettings
-from gliding.memory.vectors import Embedder, load_embedder
+from gliding.memory.archive import Archive
+from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+from gliding.memory.conversation import ConversationIngestor, sessions_of
+from gliding.memory.ingest import Ingestor
+from gliding.memory.knowledge import KnowledgeMemory
+from gliding.memory.recall import RecallSettings
+from gliding.memory.vectors import Embedder, Precision, load_embedder
 
 DIA_ID = re.compile(r"D(\d+):(\d+)")
-SESSION_KEY = re.compile(r"session_(\d+)")
 METHODS = ("recency", "bm25", "vector", "gliding")
 
 
@@ -57,45 +62,6 @@ def load_conversations(path: Path) -> list[dict[str, Any]]:
             isinstance(c, dict) and isinstance(c.get("conversation"), dict) for c in data):
         raise UsageError(f"{path}: expected a list of LoCoMo samples with 'conversation'")
     return data
-
-
-def parse_session_date(text: object) -> date | None:
-    """``1:56 pm on 8 May, 2023`` → 2023-05-08; anything unparsable → None."""
-    if not isinstance(text, str):
-        return None
-    for fmt in ("%I:%M %p on %d %B, %Y", "%d %B, %Y", "%d %B %Y"):
-        try:
-            return datetime.strptime(text.strip(), fmt).date()
-        except ValueError:
-            continue
-    match = re.search(r"(\d{1,2}) ([A-Za-z]+),? (\d{4})", text)
-    if match:
-        try:
-            return datetime.strptime(" ".join(match.groups()), "%d %B %Y").date()
-        except ValueError:
-            return None
-    return None
-
-
-def conversation_items(sample: dict[str, Any]) -> list[MemoryItem]:
-    """The turns of one sample as memory items, in conversation order."""
-    conversation = sample["conversation"]
-    sessions = sorted(int(m.group(1)) for key in conversation
-                      if (m := SESSION_KEY.fullmatch(key)) and isinstance(conversation[key], list))
-    items = []
-    for number in sessions:
-        day = parse_session_date(conversation.get(f"session_{number}_date_time"))
-        for position, turn in enumerate(conversation[f"session_{number}"], 1):
-            if not isinstance(turn, dict) or "dia_id" not in turn:
-                continue
-            text = str(turn.get("text", ""))
-            caption = turn.get("blip_caption")
-            if caption:
-                text = f"{text} [image: {caption}]"
-            items.append(MemoryItem(id=str(turn["dia_id"]), text=text, session=number,
-                                    date=day, speaker=str(turn.get("speaker", "")),
-                                    position=position))
-    return items
 
 
 def gold_ids(evidence: object) -> set[str]:
@@ -134,7 +100,7 @@ def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[i
                      settings: RecallSettings | None = None,
                      embedder: Embedder | None | bool = True,
                      count: Callable[[str], int] | None = None,
-                     quantize: bool = False) -> dict[str, Any]:
+                     precision: Precision = "auto") -> dict[str, Any]:
     """Run every method on the selected conversations; see the module docstring for output.
 
     ``embedder``: True loads the MiniLM embedder (None if unavailable), False disables
@@ -148,7 +114,7 @@ def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[i
     counter = count or TokenCounter().count
     load_started = time.perf_counter()
     if embedder is True:
-        model: Embedder | None = load_embedder(quantize=quantize)
+        model: Embedder | None = load_embedder(precision=precision)
     elif embedder is False:
         model = None
     else:
@@ -162,40 +128,37 @@ def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[i
     latencies: list[float] = []
     ingest_turns, ingest_s = 0, 0.0
     questions = 0
-    for index in conversations:
-        sample = samples[index]
-        items = conversation_items(sample)
-        started = time.perf_counter()
-        memory = HybridRecall(count=counter, embedder=model,
-                              settings=settings or RecallSettings())
-        memory.add(items)
-        ingest_s += time.perf_counter() - started
-        ingest_turns += len(items)
-        recency = memory.recency()
-        for qa in sample.get("qa", []):
-            gold = gold_ids(qa.get("evidence"))
-            question = str(qa.get("question", ""))
-            if not gold or not question:
-                continue
-            questions += 1
-            category = str(qa.get("category", "?"))
-            rankings: dict[str, list[int]] = {"recency": recency,
-                                              "bm25": memory.rank(memory.lexical_scores(question))}
-            vector = memory.vector_scores(question)
-            if vector is not None:
-                rankings["vector"] = [int(i) for i in np.argsort(-vector, kind="stable")]
-            for budget in budgets:
-                for method in methods:
-                    if method == "gliding":
-                        started = time.perf_counter()
-                        packed = memory.recall(question, budget)
-                        latencies.append((time.perf_counter() - started) * 1000)
-                    else:
-                        packed = memory.pack_rows(rankings[method], budget)
-                    found = {normalised_id(i) for i in packed.ids}
-                    score = len(gold & found) / len(gold)
-                    hits[method][budget].append(score)
-                    by_cat[method][budget][category].append(score)
+    workdir = Path(tempfile.mkdtemp(prefix="gliding-bench-memory-"))
+    per_conversation: list[dict[str, Any]] = []
+    try:
+        for index in conversations:
+            sample = samples[index]
+            job = f"locomo-{index}"
+            started = time.perf_counter()
+            with Archive.open(workdir, job) as archive, \
+                    OxigraphBlackboard.open(workdir / f"blackboard-{index}") as store:
+                knowledge = KnowledgeMemory(store, counter, embedder=model,
+                                            settings=settings or RecallSettings(),
+                                            graph=f"gliding://job/{job}")
+                ingest = ConversationIngestor(Ingestor(knowledge.board, archive, job))
+                for session in sessions_of(sample["conversation"]):
+                    ingest.session(session)
+                knowledge.flush()
+                ingest_s += time.perf_counter() - started
+                turns = len(ingest.turn_iris)
+                ingest_turns += turns
+                label_of = {iri: turn for turn, iri in ingest.turn_iris.items()}
+                before = {m: {b: len(hits[m][b]) for b in budgets} for m in methods}
+                scored = _score_conversation(sample, knowledge, label_of, budgets, methods,
+                                             hits, by_cat, latencies)
+                questions += scored
+                per_conversation.append({
+                    "conversation": index, "questions": scored, "turns": turns,
+                    "triples": store.count(),
+                    "recall": {m: {str(b): round(statistics.fmean(hits[m][b][before[m][b]:]), 4)
+                                   for b in budgets} for m in methods} if scored else {}})
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
     def mean(values: list[float]) -> float:
         return round(statistics.fmean(values), 4) if values else 0.0
@@ -213,10 +176,47 @@ def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[i
                 } for budget in budgets
             } for method in methods
         },
+        "per_conversation": per_conversation,
         "vector_available": model is not None,
         "retrieval_ms_p50": round(percentile(latencies, 50), 2),
         "retrieval_ms_p99": round(percentile(latencies, 99), 2),
         "ingest_turns_per_s": round(ingest_turns / ingest_s, 1) if ingest_s else 0.0,
         "model_load_s": round(model_load_s, 2),
-        "quantized": bool(getattr(model, "quantized", False)),
+        "precision": getattr(model, "precision", None),
     }
+
+
+def _score_conversation(sample: dict[str, Any], knowledge: KnowledgeMemory,
+                        label_of: dict[str, str], budgets: list[int], methods: list[str],
+                        hits: dict[str, dict[int, list[float]]],
+                        by_cat: dict[str, dict[int, dict[str, list[float]]]],
+                        latencies: list[float]) -> int:
+    """Score every method on one ingested conversation's questions; returns how many."""
+    memory = knowledge.index
+    recency = memory.recency()
+    questions = 0
+    for qa in sample.get("qa", []):
+        gold = gold_ids(qa.get("evidence"))
+        question = str(qa.get("question", ""))
+        if not gold or not question:
+            continue
+        questions += 1
+        category = str(qa.get("category", "?"))
+        rankings: dict[str, list[int]] = {"recency": recency,
+                                          "bm25": memory.rank(memory.lexical_scores(question))}
+        vector = memory.vector_scores(question)
+        if vector is not None:
+            rankings["vector"] = [int(i) for i in np.argsort(-vector, kind="stable")]
+        for budget in budgets:
+            for method in methods:
+                if method == "gliding":
+                    started = time.perf_counter()
+                    packed = knowledge.recall(question, budget)
+                    latencies.append((time.perf_counter() - started) * 1000)
+                else:
+                    packed = memory.pack_rows(rankings[method], budget)
+                found = {normalised_id(label_of.get(i, i)) for i in packed.ids}
+                score = len(gold & found) / len(gold)
+                hits[method][budget].append(score)
+                by_cat[method][budget][category].append(score)
+    return questions

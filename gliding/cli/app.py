@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
 from gliding import __version__
+
+if TYPE_CHECKING:
+    from gliding.memory.vectors import Precision
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Gliding: run teams of LLM agents (Plan, Do, Check, Act) on a task.")
@@ -279,6 +282,14 @@ def bench_context(
                           indent=2) if out else text)
 
 
+def _precision(text: str) -> Precision:
+    from gliding.errors import UsageError
+
+    if text not in ("auto", "fp32", "bf16", "int8"):
+        _fail(UsageError(f"unknown precision {text!r}", hint="use auto, fp32, bf16 or int8"))
+    return cast("Precision", text)
+
+
 @bench_app.command("memory")
 def bench_memory(
     locomo: Path = typer.Argument(..., help="LoCoMo-format JSON (a list of conversations)."),
@@ -287,7 +298,8 @@ def bench_memory(
                                 help="Token budgets (cl100k_base), comma-separated."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
     no_vectors: bool = typer.Option(False, "--no-vectors", help="Skip the embedding model."),
-    quantize: bool = typer.Option(False, "--quantize", help="int8 embedding model (faster)."),
+    precision: str = typer.Option("auto", "--precision",
+                                  help="Embedding model precision: auto, fp32, bf16 or int8."),
 ) -> None:
     """Evidence recall of recency, bm25, vector and gliding (hybrid) retrieval on LoCoMo."""
     import os
@@ -300,7 +312,8 @@ def bench_memory(
 
         _settings()
         result = run_memory_bench(locomo, parse_range(conversations), parse_range(budgets),
-                                  embedder=not no_vectors, quantize=quantize)
+                                  embedder=not no_vectors,
+                                  precision=_precision(precision))
     except GlidingError as exc:
         _fail(exc)
         return

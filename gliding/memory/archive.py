@@ -138,6 +138,7 @@ class Archive:
         self._job = job
         self._now = now
         self._lock = threading.RLock()
+        self._batching = False
 
     @classmethod
     def open(
@@ -491,10 +492,38 @@ class Archive:
         return self._conn
 
     @contextmanager
+    def batch(self) -> Iterator[Archive]:
+        """Group the writes of this block into one transaction (one fsync instead of one per
+        put): every put inside is durable once the block ends, and none is if it raises or the
+        process dies inside it. Other threads' writes wait for the block. Nested blocks join
+        the outer one.
+
+        Raises:
+            ArchiveError: the transaction could not be started or committed.
+        """
+        with self._lock:
+            if self._batching:
+                yield self
+                return
+            with self._transaction("write a batch") as _conn:
+                self._batching = True
+                try:
+                    yield self
+                finally:
+                    self._batching = False
+
+    @contextmanager
     def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
-        """One short write transaction; rolled back on any error; sqlite3 errors translated."""
+        """One short write transaction; rolled back on any error; sqlite3 errors translated.
+        Inside ``batch`` it is part of the batch's transaction."""
         with self._lock:
             conn = self._require_open()
+            if self._batching:
+                try:
+                    yield conn
+                except sqlite3.Error as exc:
+                    raise ArchiveError(f"could not {what} in {self._path}: {exc}") from exc
+                return
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:

@@ -1,13 +1,26 @@
 """Ingestion: what a job produces becomes blackboard nodes, one named graph per job, and every
 revision of a node is kept in L0.
 
-Nodes written (vocabulary in docs/vocabulary.md):
+Nodes written (vocabulary in docs/vocabulary.md; <path> and <name> percent-encoded):
 
     Job          gliding://job/<job>                         name = the goal
     Plan, Step   gliding://job/<job>/plan/<cycle>[/step/<i>]  partOf the job / the plan
     Artifact     gliding://job/<job>/artifact/<path>          produced by the job
     CheckReport  gliding://job/<job>/check/<cycle>.<attempt>/<i>  about the artifact it checks
     Decision     gliding://job/<job>/decision/<cycle>
+    Turn         gliding://job/<job>/turn/<ROLE>/<n>          the L0 turn; role, summary
+    ToolResult   gliding://job/<job>/result/<call>            the L0 result; name = the tool,
+                                                              status ok/error, summary (with
+                                                              ids), derivedFrom the turn,
+                                                              mentions its entities
+    File         gliding://job/<job>/file/<path>              path
+    Symbol       gliding://job/<job>/symbol/<path>#<name>     name, path, line; partOf the File
+                 gliding://job/<job>/symbol/<name>            (file unknown)
+    Error        gliding://job/<job>/error/<sha256(text)[:16]>  text
+
+Entities come from ``entities.extract``. One that does not validate is skipped (and logged),
+never the result or the other entities. An entity seen again is merged with what was written
+before (relations united, literals kept unless the new sighting gives them), so it stays one node.
 
 A revision is archived as JSON-LD (with the inline @context) under
 ``gliding://job/<job>/node/<kind>/<name>/<revision>``; putting an unchanged node again writes
@@ -17,15 +30,41 @@ nothing new.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
 from urllib.parse import quote
+
+import structlog
 
 from gliding.core.checks import CheckResult
 from gliding.core.iri import record_iri
+from gliding.errors import GlidingError
 from gliding.memory.archive import Archive
 from gliding.memory.blackboard import Blackboard
-from gliding.memory.vocabulary import to_jsonld
+from gliding.memory.entities import Entities, extract
+from gliding.memory.vocabulary import PROPERTIES, VocabularyError, to_jsonld, validate_node
+
+log = structlog.get_logger("gliding.memory")
+
+SUMMARY_CHARS = 300
+MAX_SEGMENT_CHARS = 200  # what core.iri.parse_iri (and so the archive) accepts in a segment
+SUMMARY_IDS = 5
+
+
+class ToolCall(Protocol):
+    """One tool call as the agent loop records it (``agents.loop.ToolRecord``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def arguments(self) -> Mapping[str, Any]: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def output(self) -> str: ...
+    @property
+    def iri(self) -> str: ...
 
 
 class Ingestor:
@@ -40,23 +79,59 @@ class Ingestor:
         self.job_iri = f"gliding://job/{job}"
         self.graph = self.job_iri
         self._revisions: dict[str, tuple[int, str]] = {}  # node IRI -> (revision, sha256)
+        self._entities: dict[str, dict[str, Any]] = {}  # entity IRI -> last node written
+        self._queue: list[Mapping[str, Any]] | None = None  # inside batch(): board writes
+        self._undo: dict[str, tuple[int, str] | None] = {}  # inside batch(): revisions before
 
     def put(self, node: Mapping[str, Any]) -> str:
-        """Validate and write ``node``; archive the revision when its content changed."""
+        """Validate ``node``, archive its revision in L0 when its content changed, then write
+        it to the blackboard (inside ``batch``: once the batch's revisions are committed)."""
         text = to_jsonld(node)
         digest = hashlib.sha256(text.encode()).hexdigest()
         iri = str(node["@id"])
         revision, last = self._revisions.get(iri, (0, ""))
         if digest == last:
             return iri
-        self.board.put(node, graph=self.graph)
-        if self.on_write is not None:
-            self.on_write(iri, str(node.get("@type")))
         revision += 1
         self.archive.put(self._revision_iri(iri, revision), text, kind="node",
                          media_type="application/ld+json", meta={"node": iri})
+        if self._queue is not None:
+            self._undo.setdefault(iri, self._revisions.get(iri))
+            self._queue.append(node)
+        else:
+            self._write(node)
         self._revisions[iri] = (revision, digest)
         return iri
+
+    @contextmanager
+    def batch(self) -> Iterator[Ingestor]:
+        """Ingest a block of nodes at once: their revisions go to L0 in one transaction, and
+        the nodes to the blackboard after it commits (L0 first, so the board never holds a
+        node whose revision is not archived). If the block raises, nothing of it is written.
+        Nested blocks join the outer one."""
+        if self._queue is not None:
+            yield self
+            return
+        self._queue, self._undo = [], {}
+        try:
+            with self.archive.batch():
+                yield self
+        except BaseException:
+            for iri, previous in self._undo.items():
+                if previous is None:
+                    self._revisions.pop(iri, None)
+                else:
+                    self._revisions[iri] = previous
+            self._queue = None
+            raise
+        queued, self._queue = self._queue, None
+        for node in queued:
+            self._write(node)
+
+    def _write(self, node: Mapping[str, Any]) -> None:
+        self.board.put(node, graph=self.graph)
+        if self.on_write is not None:
+            self.on_write(str(node["@id"]), str(node.get("@type")))
 
     def job_node(self, goal: str, status: str | None = None) -> str:
         node: dict[str, Any] = {"@id": self.job_iri, "@type": "Job", "name": goal}
@@ -101,7 +176,99 @@ class Ingestor:
                          "status": decision, "text": report or decision,
                          "partOf": self.job_iri})
 
+    def turn(self, role: str, n: int, iri: str, summary: str) -> str:
+        """The Turn node of one LLM turn, at its L0 IRI."""
+        self._own(iri)
+        return self.put({"@id": iri, "@type": "Turn", "role": role,
+                         "summary": _one_line(summary, SUMMARY_CHARS) or f"{role} turn {n}",
+                         "partOf": self.job_iri})
+
+    def tool_result(self, record: ToolCall, turn_iri: str | None = None) -> str:
+        """The ToolResult node of one call, at its L0 IRI, and the entities it mentions."""
+        self._own(record.iri)
+        found = extract(record.name, record.arguments, record.output, record.ok)
+        mentions = [iri for node in self._entity_nodes(found)
+                    if (iri := self._put_entity(node)) is not None]
+        node: dict[str, Any] = {"@id": record.iri, "@type": "ToolResult", "name": record.name,
+                                "status": "ok" if record.ok else "error",
+                                "summary": _result_summary(record, found),
+                                "partOf": self.job_iri, "mentions": mentions}
+        if turn_iri:
+            node["derivedFrom"] = [turn_iri]
+        return self.put(node)
+
+    def _entity_nodes(self, found: Entities) -> list[dict[str, Any]]:
+        nodes: list[dict[str, Any]] = []
+        paths = dict.fromkeys([*found.files, *(s.path for s in found.symbols if s.path)])
+        for path in paths:
+            nodes.append({"@id": self._file_iri(path), "@type": "File", "path": path,
+                          "partOf": self.job_iri})
+        for sym in found.symbols:
+            node: dict[str, Any] = {"@type": "Symbol", "name": sym.name}
+            if sym.path:
+                node.update({"@id": f"{self.job_iri}/symbol/{quote(sym.path, safe='')}#"
+                                    f"{quote(sym.name, safe='')}",
+                             "path": sym.path, "partOf": self._file_iri(sym.path)})
+            else:
+                node.update({"@id": f"{self.job_iri}/symbol/{quote(sym.name, safe='')}",
+                             "partOf": self.job_iri})
+            if sym.line is not None:
+                node["line"] = sym.line
+            nodes.append(node)
+        for text in found.errors:
+            digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+            nodes.append({"@id": f"{self.job_iri}/error/{digest}", "@type": "Error",
+                          "text": text, "partOf": self.job_iri})
+        return nodes
+
+    def _put_entity(self, node: dict[str, Any]) -> str | None:
+        """Merge ``node`` into what was written under its IRI and put it; None if skipped."""
+        iri = str(node["@id"])
+        old = self._entities.get(iri)
+        if old is not None:
+            merged = {**old, **node}
+            for key in node.keys() & old.keys():
+                prop = PROPERTIES.get(key)
+                if prop is not None and prop.many:
+                    merged[key] = [*old[key], *node[key]]
+            node = merged
+        try:
+            normal = validate_node(node)
+            self.put(normal)
+        except GlidingError as exc:
+            log.warning("blackboard.entity.skipped", job=self.job, iri=iri[:200],
+                        error=exc.message[:300])
+            return None
+        self._entities[iri] = normal
+        return iri
+
+    def _file_iri(self, path: str) -> str:
+        return f"{self.job_iri}/file/{quote(path, safe='')}"
+
+    def _own(self, iri: str) -> None:
+        if not isinstance(iri, str) or not iri.startswith(self.job_iri + "/"):
+            raise VocabularyError(f"{iri!r} is not an IRI of job {self.job}")
+
     def _revision_iri(self, node_iri: str, revision: int) -> str:
         rest = node_iri[len(self.job_iri):].strip("/") or "job"
         kind, _, name = rest.partition("/")
+        if len(quote(name, safe="")) > MAX_SEGMENT_CHARS:  # L0 IRI segments are bounded
+            name = "sha256-" + hashlib.sha256(name.encode()).hexdigest()[:32]
         return str(record_iri(self.job, "node", kind, name or "-", str(revision)))
+
+
+def _result_summary(record: ToolCall, found: Entities) -> str:
+    """One line: the tool, how it went, the first line of its output, its first error, ids."""
+    first = next((ln for ln in (x.strip() for x in record.output[:4096].splitlines()) if ln),
+                 "(no output)")
+    text = f"{record.name} {'ok' if record.ok else 'error'}: {_one_line(first, 160)}"
+    if found.errors and found.errors[0] != _one_line(first, 160):
+        text += f"; {found.errors[0]}"
+    if found.ids:
+        text += "; ids " + ", ".join(found.ids[:SUMMARY_IDS])
+    return _one_line(text, SUMMARY_CHARS)
+
+
+def _one_line(text: str, width: int) -> str:
+    text = " ".join(str(text).encode("utf-8", "replace").decode("utf-8").split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -47,9 +47,12 @@ from datetime import date
 import numpy as np
 
 from gliding.memory.lexical import BM25Index
-from gliding.memory.vectors import Embedder, ExactVectorIndex
+from gliding.memory.vectors import Embedder, ExactVectorIndex, VectorIndex
 
 Count = Callable[[str], int]
+Related = Callable[[Sequence[str], str], Mapping[str, float]]
+"""(best hit ids, query) -> {related item id: weight}: graph expansion, e.g. shared entities."""
+VECTOR_CANDIDATES = 256  # hits asked of a vector backend that cannot score every item
 
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
           "september", "october", "november", "december")
@@ -79,6 +82,7 @@ class MemoryItem:
     speaker: str = ""
     position: int = 0
     importance: float | None = None
+    label: str = ""  # what the packed line shows in brackets; "" shows the id
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ def format_date(day: date | None) -> str:
 
 def format_line(item: MemoryItem) -> str:
     """``[D3:7] Melanie (8 May 2023): text`` — speaker and date only when known."""
-    head = f"[{item.id}]"
+    head = f"[{item.label or item.id}]"
     if item.speaker:
         head += f" {item.speaker}"
     if item.date:
@@ -266,10 +270,14 @@ class HybridRecall:
     embedder: Embedder | None = None
     settings: RecallSettings = field(default_factory=RecallSettings)
     items: list[MemoryItem] = field(default_factory=list)
+    vector_index: VectorIndex | None = None
+    related: Related | None = None
 
     def __post_init__(self) -> None:
         self.lexical = BM25Index()
-        self.vectors = ExactVectorIndex(self.embedder.dim if self.embedder else None)
+        self.vectors: VectorIndex = (self.vector_index if self.vector_index is not None else
+                                     ExactVectorIndex(self.embedder.dim if self.embedder
+                                                      else None))
         self._row: dict[str, int] = {}
         self._lines: list[str] = []
         self._sessions = np.zeros(0, dtype=np.int64)
@@ -291,21 +299,33 @@ class HybridRecall:
 
     # ingest
 
-    def add(self, items: Sequence[MemoryItem]) -> None:
-        """Index ``items`` (one batch of embeddings). Raises ValueError for a known id."""
-        for item in items:
-            if item.id in self._row:
-                raise ValueError(f"memory item {item.id!r} is already indexed")
+    def add(self, items: Sequence[MemoryItem], vectors: np.ndarray | None = None) -> None:
+        """Index ``items``: one batch of embeddings, or ``vectors`` computed beforehand (one
+        row per item, from ``embedder.encode([index_text(item), ...])``).
+
+        Raises ValueError for a known or repeated id or a wrong number of vectors; the index is
+        then unchanged. A vector backend's VectorStoreError also leaves it unchanged.
+        """
+        ids = [item.id for item in items]
+        if len(set(ids)) != len(ids) or any(i in self._row for i in ids):
+            known = next(i for n, i in enumerate(ids) if i in self._row or i in ids[:n])
+            raise ValueError(f"memory item {known!r} is already indexed")
         texts = [self.index_text(item) for item in items]
-        self.lexical.add([item.id for item in items], texts)
         if self.embedder is not None:
-            self.vectors.add([item.id for item in items], self.embedder.encode(texts))
+            if vectors is None:
+                vectors = self.embedder.encode(texts)
+            if len(vectors) != len(items):
+                raise ValueError(f"{len(vectors)} vectors for {len(items)} items")
+            self.vectors.add(ids, vectors)
+        self.lexical.add(ids, texts)
         for item in items:
             self._row[item.id] = len(self.items)
             self.items.append(item)
             self._lines.append(format_line(item))
-        self._sessions = np.asarray([item.session for item in self.items], dtype=np.int64)
-        self._timed = np.asarray([carries_time(item.text) for item in self.items], dtype=bool)
+        self._sessions = np.concatenate(
+            [self._sessions, np.asarray([item.session for item in items], dtype=np.int64)])
+        self._timed = np.concatenate(
+            [self._timed, np.asarray([carries_time(item.text) for item in items], dtype=bool)])
         self._importance = None
         self._speakers = {}
 
@@ -327,9 +347,20 @@ class HybridRecall:
         return self.lexical.scores(query)
 
     def vector_scores(self, query: str) -> np.ndarray | None:
-        if self.embedder is None:
+        if self.embedder is None or not self.items:
             return None
-        return self.vectors.scores(self.embedder.encode([query])[0])
+        query_vector = self.embedder.encode([query])[0]
+        if isinstance(self.vectors, ExactVectorIndex):
+            return self.vectors.scores(query_vector)
+        # another backend (a Qdrant server): its best hits, everything else at their floor
+        hits = self.vectors.search(query_vector, min(len(self.items), VECTOR_CANDIDATES))
+        floor = min((score for _, score in hits), default=0.0)
+        out = np.full(len(self.items), floor, dtype=np.float32)
+        for item_id, score in hits:
+            row = self._row.get(item_id)
+            if row is not None:
+                out[row] = score
+        return out
 
     def importance(self) -> np.ndarray:
         if self._importance is None:
@@ -370,7 +401,9 @@ class HybridRecall:
         fused = fused / max(float(fused.max()), 1e-9)
         total = fused.copy()
         if s.entity_weight > 0:
-            total += s.entity_weight * self._entity_scores(fused, query)
+            entities = (self._graph_scores(fused, query) if self.related is not None
+                        else self._entity_scores(fused, query))
+            total += s.entity_weight * entities
         if s.time_weight > 0 and is_time_question(query):
             total += s.time_weight * self._time_scores(query) * (fused > 0)
         if s.speaker_weight > 0:
@@ -397,6 +430,21 @@ class HybridRecall:
         if not rare:
             return np.zeros(len(self.items), dtype=np.float32)
         return normalise_lexical(self.lexical.scores(rare))
+
+    def _graph_scores(self, fused: np.ndarray, query: str) -> np.ndarray:
+        """The items the graph relates to the best hits (``related``), scaled into [0, 1]."""
+        assert self.related is not None
+        hits = [self.items[i].id for i in np.argsort(-fused, kind="stable")[
+            : self.settings.entity_hits] if fused[i] > 0]
+        out = np.zeros(len(self.items), dtype=np.float32)
+        if not hits:
+            return out
+        for item_id, weight in self.related(hits, query).items():
+            row = self._row.get(item_id)
+            if row is not None:
+                out[row] = weight
+        top = float(out.max()) if len(out) else 0.0
+        return out / top if top > 0 else out
 
     def _entities(self, row: int) -> set[str]:
         found = self._entity_cache.get(row)

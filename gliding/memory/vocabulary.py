@@ -82,6 +82,7 @@ PROPERTIES: dict[str, Property] = {
         Property("about", "iri", many=True),
         Property("derivedFrom", "iri", many=True),
         Property("supersedes", "iri"),
+        Property("speaker", "iri"),
         Property("name", "string"),
         Property("text", "string"),
         Property("path", "string"),
@@ -92,6 +93,7 @@ PROPERTIES: dict[str, Property] = {
         Property("sessionDate", "string"),
         Property("importance", "number"),
         Property("line", "integer"),
+        Property("position", "integer"),
         Property("resolved", "boolean"),
     )
 }
@@ -114,6 +116,7 @@ TYPES: dict[str, NodeType] = {
         NodeType("Fact", ("text",)),
         NodeType("Person", ("name",)),
         NodeType("Event", ("text",)),
+        NodeType("Entity", ("name",)),
     )
 }
 
@@ -142,6 +145,7 @@ CONTEXT: dict[str, Any] = _context()
 
 _IRI_RE = re.compile(r"^(?:gliding|https?)://[^\s<>\"{}|\\^`]+$")
 _BAD_CATEGORIES = ("C", "Z")  # control, format, surrogate, private use, unassigned; separators
+_ASCII_CONTROL = re.compile(r"[\x00-\x20\x7f]")  # the only C/Z characters in ASCII
 
 
 def check_iri(value: object, what: str = "IRI") -> str:
@@ -157,8 +161,9 @@ def check_iri(value: object, what: str = "IRI") -> str:
         raise VocabularyError(f"{what} must be a string, got {type(value).__name__}")
     if len(value) > MAX_IRI_CHARS:
         raise VocabularyError(f"{what} is longer than {MAX_IRI_CHARS} characters")
-    if not _IRI_RE.match(value) or any(
-        unicodedata.category(c).startswith(_BAD_CATEGORIES) for c in value
+    if not _IRI_RE.match(value) or (
+        _ASCII_CONTROL.search(value) if value.isascii() else any(
+            unicodedata.category(c).startswith(_BAD_CATEGORIES) for c in value)
     ):
         raise VocabularyError(
             f"{what} {value!r} is not an absolute IRI",

@@ -264,6 +264,12 @@ class JobRunner:
                                            "attempt": a.attempt})
         result = await run_agent(env, a.instructions)
         self.turns.extend(result.summaries)
+        turn_of = {f"{t.role}-{t.turn}": t.iri for t in result.summaries}
+        for t in result.summaries:
+            self._ingest("turn", t.role, t.turn, t.iri, t.summary)
+        for record in result.tools:  # results are archived as .../result/<ROLE>-<n>-<i>
+            call = record.iri.rsplit("/", 1)[-1].rsplit("-", 1)[0]
+            self._ingest("tool_result", record, turn_of.get(call))
         spent = self.context_tokens.setdefault(spec.name, [0, 0])
         spent[0] += result.prompt_tokens
         spent[1] += result.baseline_tokens

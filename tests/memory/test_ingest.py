@@ -1,5 +1,6 @@
-"""Ingestion: a job's plan, checks, decision and artifacts become blackboard nodes in the job's
-named graph, and every revision is archived in L0 as JSON-LD."""
+"""Ingestion: a job's plan, checks, decision, artifacts, turns and tool results (with the files,
+symbols and errors they mention) become blackboard nodes in the job's named graph, and every
+revision is archived in L0 as JSON-LD."""
 
 from __future__ import annotations
 
@@ -7,15 +8,20 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import anyio
+import pytest
 
+from gliding.agents.loop import ToolRecord
 from gliding.config.loader import load_settings
 from gliding.config.task import load_task
 from gliding.daemon.compose import blackboard_path, run_job
 from gliding.memory.archive import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.vocabulary import from_jsonld
+from gliding.memory.ingest import Ingestor
+from gliding.memory.vocabulary import NS, VocabularyError, check_iri, from_jsonld
 from gliding.testing import ScriptedLLM, call
 
 GLIDING = str(Path(sys.executable).parent / "gliding")
@@ -51,7 +57,8 @@ def test_a_job_leaves_its_nodes_in_its_named_graph(tmp_path: Path) -> None:
         rows = board.query(
             "SELECT ?s ?t WHERE { GRAPH <gliding://job/" + job + "> { ?s a ?t } }", timeout_s=5)
         types = sorted(r["t"].iri.rsplit("#", 1)[1] for r in rows)
-        assert types == ["Artifact", "CheckReport", "Decision", "Job", "Plan", "Step", "Step"]
+        assert types == ["Artifact", "CheckReport", "Decision", "File", "Job", "Plan", "Step",
+                         "Step", *["ToolResult"] * 2, *["Turn"] * 6]
         step2 = board.get(f"gliding://job/{job}/plan/1/step/2", graph=f"gliding://job/{job}")
         assert step2 is not None and step2["dependsOn"] == [f"gliding://job/{job}/plan/1/step/1"]
         job_node = board.get(f"gliding://job/{job}", graph=f"gliding://job/{job}")
@@ -121,3 +128,128 @@ def test_memory_graph_draws_a_neighbourhood(tmp_path: Path) -> None:
                           "--data-dir", str(tmp_path / "data")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
+
+
+# ---- turns, tool results and their entities, without a job run ------------------------------
+
+J = "gliding://job/j"
+
+
+def ingestor(tmp: Path) -> tuple[Ingestor, OxigraphBlackboard, Archive]:
+    board = OxigraphBlackboard.in_memory()
+    archive = Archive.open(tmp, "j")
+    return Ingestor(board, archive, "j"), board, archive
+
+
+def record(n: int, name: str, arguments: dict[str, Any], output: str,
+           ok: bool = True) -> ToolRecord:
+    return ToolRecord(name, arguments, ok, output, f"{J}/result/DA-{n}-0")
+
+
+PYTEST_OUT = """exit code 1
+tests/test_calc.py F                                                     [100%]
+E       assert 2 == 3
+tests/test_calc.py:5: AssertionError
+FAILED tests/test_calc.py::test_add - assert 2 == 3 (see #12, abc1234)
+"""
+
+
+def test_turns_and_tool_results_become_linked_nodes(tmp_path: Path) -> None:
+    ing, board, archive = ingestor(tmp_path)
+    with archive:
+        ing.turn("DA", 1, f"{J}/turn/DA/1", "bash(command=\"pytest\")\n→ exit code 1")
+        ing.tool_result(record(1, "bash", {"command": "pytest -q"}, PYTEST_OUT),
+                        f"{J}/turn/DA/1")
+        turn = board.get(f"{J}/turn/DA/1", graph=J)
+        assert turn == {"@id": f"{J}/turn/DA/1", "@type": "Turn", "partOf": J, "role": "DA",
+                        "summary": "bash(command=\"pytest\") → exit code 1"}
+        result = board.get(f"{J}/result/DA-1-0", graph=J)
+        assert result is not None
+        assert result["name"] == "bash" and result["status"] == "ok"
+        assert result["derivedFrom"] == [f"{J}/turn/DA/1"] and result["partOf"] == J
+        assert result["summary"].startswith("bash ok: exit code 1; E assert 2 == 3")
+        assert result["summary"].endswith("ids abc1234, #12")
+        file_iri = f"{J}/file/tests%2Ftest_calc.py"
+        symbol_iri = f"{J}/symbol/tests%2Ftest_calc.py#test_add"
+        rows = board.query(f"""PREFIX gl: <{NS}>
+            SELECT ?m ?type WHERE {{ <{J}/result/DA-1-0> gl:mentions ?m . ?m a ?type }}""",
+                           graph=J)
+        kinds = sorted((r["type"].iri.rsplit("#", 1)[1], r["m"].iri) for r in rows)
+        assert [k for k, _ in kinds] == ["Error", "Error", "Error", "File", "Symbol"]
+        assert (("File", file_iri) in kinds) and (("Symbol", symbol_iri) in kinds)
+        assert board.get(symbol_iri, graph=J) == {
+            "@id": symbol_iri, "@type": "Symbol", "name": "test_add",
+            "path": "tests/test_calc.py", "partOf": file_iri}
+        errors = [board.get(iri, graph=J) for kind, iri in kinds if kind == "Error"]
+        assert {"tests/test_calc.py:5: AssertionError"} <= {e["text"] for e in errors if e}
+
+
+def test_every_revision_is_kept_and_an_unchanged_node_writes_nothing(tmp_path: Path) -> None:
+    ing, board, archive = ingestor(tmp_path)
+    with archive:
+        for summary in ("first", "first", "second"):
+            ing.turn("DA", 1, f"{J}/turn/DA/1", summary)
+        read = record(2, "read_file", {"path": "src/a.py"},
+                      "src/a.py lines 1-2 of 2\nimport os\ndef go():\n")
+        grep = record(3, "grep", {"pattern": "go"}, "src/a.py:2:def go():")
+        ing.tool_result(read, f"{J}/turn/DA/2")
+        ing.tool_result(read, f"{J}/turn/DA/2")
+        ing.tool_result(grep, f"{J}/turn/DA/3")
+        nodes = [i.iri for i in archive.list(kind="node")]
+        assert [i for i in nodes if "/node/turn/" in i] == [f"{J}/node/turn/DA%2F1/1",
+                                                             f"{J}/node/turn/DA%2F1/2"]
+        first = from_jsonld(archive.get(f"{J}/node/turn/DA%2F1/1").content or b"")
+        assert first["summary"] == "first"
+        assert [i for i in nodes if "/node/file/" in i] == [f"{J}/node/file/src%252Fa.py/1"]
+        assert [i for i in nodes if "/node/result/" in i] == [
+            f"{J}/node/result/DA-2-0/1", f"{J}/node/result/DA-3-0/1"]
+        files = board.query(f"PREFIX gl: <{NS}> SELECT ?f WHERE {{ ?f a gl:File }}", graph=J)
+        assert [r["f"].iri for r in files] == [f"{J}/file/src%2Fa.py"]
+        symbol = board.get(f"{J}/symbol/src%2Fa.py#go", graph=J)
+        assert symbol is not None and symbol["line"] == 2
+        ing.tool_result(record(4, "bash", {}, "FAILED src/a.py::go - boom"), None)  # no line
+        again = board.get(f"{J}/result/DA-4-0", graph=J)
+        assert again is not None and f"{J}/symbol/src%2Fa.py#go" in again["mentions"]
+        assert board.get(f"{J}/symbol/src%2Fa.py#go", graph=J) == symbol  # the line is kept
+
+
+def test_hostile_paths_get_valid_iris_and_read_back_exactly(tmp_path: Path) -> None:
+    ing, board, archive = ingestor(tmp_path)
+    path = 'we "ird" <dir>/{ü ñ}|^`\\x/../a%20b#c?.py'
+    with archive:
+        ing.tool_result(record(1, "read_file", {"path": path, "other": "../../etc/passwd"},
+                               "x"), None)
+        ing.tool_result(record(2, "read_file", {"path": "../../etc/passwd"}, "error: no", False),
+                        None)
+        files = board.query(f"PREFIX gl: <{NS}> SELECT ?f ?p WHERE {{ ?f gl:path ?p }}",
+                            graph=J)
+        assert [r["p"] for r in files] == []  # the backslash makes it no workspace path
+        clean = 'we "ird" <dir>/{ü ñ}|^`/a%20b#c?.py'
+        hostile = 'we "ird" <dir>/{ü ñ}|^`/sub/../a%20b#c?.py'
+        ing.tool_result(record(3, "write_file", {"path": hostile, "content": "def f():\n"},
+                               "wrote"), None)
+        files = board.query(f"PREFIX gl: <{NS}> SELECT ?f ?p WHERE {{ ?f a gl:File ; "
+                            "gl:path ?p }", graph=J)
+        assert [r["p"] for r in files] == [clean]
+        iri = files[0]["f"].iri
+        assert check_iri(iri) == iri and iri == f"{J}/file/{quote(clean, safe='')}"
+        symbols = board.query(f"PREFIX gl: <{NS}> SELECT ?s WHERE {{ ?s a gl:Symbol }}",
+                              graph=J)
+        assert [check_iri(r["s"].iri) for r in symbols] == [
+            f"{J}/symbol/{quote(clean, safe='')}#f"]
+        errors = board.query(f"PREFIX gl: <{NS}> SELECT ?t WHERE {{ ?e a gl:Error ; gl:text ?t }}",
+                             graph=J)
+        assert [r["t"] for r in errors] == ["error: no"]
+
+
+def test_one_bad_entity_does_not_lose_the_others(tmp_path: Path) -> None:
+    ing, board, archive = ingestor(tmp_path)
+    path = "😀" * 300  # a valid File IRI, but a Symbol IRI in it is over 4096 characters
+    with archive:
+        ing.tool_result(record(1, "read_file", {"path": path},
+                               f"{path} lines 1-1 of 1\ndef a{'名' * 99}():\n"), None)
+        result = board.get(f"{J}/result/DA-1-0", graph=J)
+        assert result is not None and result["mentions"] == [f"{J}/file/{quote(path, safe='')}"]
+        assert board.get(result["mentions"][0], graph=J) is not None
+        with pytest.raises(VocabularyError):
+            ing.turn("DA", 1, "gliding://job/other/turn/DA/1", "not this job's turn")

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gliding.bench.memory import gold_ids, parse_range, parse_session_date, run_memory_bench
+from gliding.bench.memory import gold_ids, parse_range, run_memory_bench
 from gliding.context.tokens import TokenCounter
 from gliding.errors import UsageError
+from gliding.memory.conversation import parse_date as parse_session_date
 from gliding.memory.lexical import tokenize
 from gliding.memory.recall import (
     HybridRecall,

@@ -1,8 +1,9 @@
-"""Exact vector index against brute force; the real MiniLM model, offline."""
+"""Exact vector index: the VectorIndex contract, brute force; the real MiniLM model, offline."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -10,6 +11,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gliding.memory.vectors import Embedder, ExactVectorIndex, load_embedder, normalise
+from tests.memory.vector_contract import MakeIndex, VectorIndexContract
+
+
+class TestExactVectorIndex(VectorIndexContract):
+    @pytest.fixture
+    def make_index(self) -> Iterator[MakeIndex]:
+        made: list[ExactVectorIndex] = []
+
+        def make(dim: int) -> ExactVectorIndex:
+            made.append(ExactVectorIndex(dim))
+            return made[-1]
+
+        yield make
+        for index in made:
+            index.close()
 
 
 @settings(max_examples=50, deadline=None)

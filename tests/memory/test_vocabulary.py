@@ -42,7 +42,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                  "partOf": J, "mentions": [f"{J}/symbol/main"]},
     "CheckReport": {"status": "fail", "about": [f"{J}/artifact/hello.py"], "text": "exit 1"},
     "Decision": {"status": "another_cycle", "summary": "fix the exit code"},
-    "Turn": {"role": "DA", "derivedFrom": [f"{J}/turn/DA/3"], "produced": [f"{J}/result/c7"]},
+    "Turn": {"role": "DA", "derivedFrom": [f"{J}/turn/DA/3"], "produced": [f"{J}/result/c7"],
+             "speaker": f"{J}/person/ann", "position": 3},
     "ToolResult": {"name": "shell", "derivedFrom": [f"{J}/result/c7"], "summary": "ok"},
     "File": {"path": "src/app.py"},
     "Symbol": {"name": "main", "path": "src/app.py", "line": 12},
@@ -51,6 +52,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
              "importance": 3, "supersedes": f"{J}/fact/0", "mentions": ["https://example.org/p/caroline"]},
     "Person": {"name": "Caroline"},
     "Event": {"text": "LGBTQ support group", "sessionDate": "1:56 pm on 8 May, 2023"},
+    "Entity": {"name": "Becoming Nicole"},
 }
 
 

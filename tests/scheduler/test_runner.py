@@ -195,3 +195,43 @@ def test_wall_time_budget_cancels_a_running_job(tmp_path: Path) -> None:
     assert time.monotonic() - started < 10
     assert report.outcome == "budget_exceeded"
     assert "wall time" in (report.stopped or "")
+
+
+def test_turns_tool_results_and_files_land_in_the_job_graph(tmp_path: Path) -> None:
+    from gliding.daemon.compose import blackboard_path
+    from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+    from gliding.memory.vocabulary import NS
+
+    llm = ScriptedLLM({"DA": [
+        call("write_file", path="pkg/calc.py", content="def add(a, b):\n    return a + b\n"),
+        call("grep", pattern="def "),
+        call("read_file", path="missing.py"),
+        call("finish", summary="wrote pkg/calc.py"),
+    ]})
+    task = make_task(tmp_path, pipeline=("DA",), checks=(FileContains("pkg/calc.py", "def add"),))
+    handle = run(task, llm, tmp_path)
+    assert handle.report.outcome == "success"
+    g = f"gliding://job/{handle.report.job}"
+    board = OxigraphBlackboard.open(blackboard_path(tmp_path / "data"))
+    try:
+        rows = board.query(f"PREFIX gl: <{NS}> SELECT ?s ?t WHERE {{ ?s a ?t }}", graph=g)
+        by_type: dict[str, set[str]] = {}
+        for r in rows:
+            by_type.setdefault(r["t"].iri.rsplit("#", 1)[1], set()).add(r["s"].iri)
+        assert by_type["Turn"] == {f"{g}/turn/DA/{n}" for n in (1, 2, 3, 4)}
+        assert by_type["ToolResult"] == {f"{g}/result/DA-{n}-0" for n in (1, 2, 3)}
+        assert by_type["File"] == {f"{g}/file/pkg%2Fcalc.py", f"{g}/file/missing.py"}
+        assert by_type["Symbol"] == {f"{g}/symbol/pkg%2Fcalc.py#add"}
+        linked = board.query(f"""PREFIX gl: <{NS}>
+            SELECT ?r ?tool ?status ?turn WHERE {{
+              ?r a gl:ToolResult ; gl:name ?tool ; gl:status ?status ; gl:derivedFrom ?turn ;
+                 gl:mentions <{g}/file/pkg%2Fcalc.py> . ?turn a gl:Turn }} ORDER BY ?r""",
+                             graph=g)
+        assert [(r["tool"], r["status"], r["turn"].iri) for r in linked] == [
+            ("write_file", "ok", f"{g}/turn/DA/1"), ("grep", "ok", f"{g}/turn/DA/2")]
+        failed = board.query(f"""PREFIX gl: <{NS}> SELECT ?text WHERE {{
+            <{g}/result/DA-3-0> gl:status "error" ; gl:mentions ?e . ?e a gl:Error ;
+            gl:text ?text }}""", graph=g)
+        assert len(failed) == 1 and "missing.py" in failed[0]["text"]
+    finally:
+        board.close()

@@ -1,0 +1,186 @@
+"""Conversations into memory: sessions, speakers, turns and the names they mention become
+blackboard nodes through the ingestion path (``Ingestor``), one named graph per conversation.
+
+Nodes written (vocabulary in docs/vocabulary.md), ``<job>`` being the conversation's id:
+
+    Event   gliding://job/<job>/session/<n>             text "session <n>", sessionDate, createdAt
+    Person  gliding://job/<job>/person/<name>           name (a speaker)
+    Entity  gliding://job/<job>/entity/<key>            name (a capitalised name in a turn)
+    Turn    gliding://job/<job>/turn/<speaker>/<turn>   role (the speaker), name (the turn's id,
+            e.g. "D3:7"), text, speaker, partOf the session, position, sessionDate, createdAt,
+            mentions (its entities and the people it names)
+
+Entities are the capitalised words and phrases that do not open a sentence ("Sweden",
+"Becoming Nicole"), keyed by their lower-cased text; a turn that names a speaker mentions that
+Person. Everything here is pure but for ``ConversationIngestor``, which only calls
+``Ingestor.put``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+from urllib.parse import quote
+
+from gliding.memory.ingest import Ingestor
+
+ENTITY = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-zA-Z'’]+(?:\s[A-Z][a-zA-Z'’]+)*)")
+NOT_NAMES = frozenset({"I", "I'm", "I've", "I'll", "I'd", "Im", "OK", "Ok", "Oh", "Hey", "Hi",
+                       "Wow", "Yeah", "Yes", "No", "Thanks", "Thank"})
+MAX_ENTITIES = 12  # per turn
+DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B, %Y", "%d %B %Y")
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One turn as the source gives it: its id (``D3:7``), speaker and text (captions added)."""
+
+    id: str
+    speaker: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Session:
+    """One conversation session: its number, its date as the source writes it, its turns."""
+
+    number: int
+    date_text: str
+    turns: tuple[Utterance, ...]
+
+
+def parse_when(text: str) -> datetime | None:
+    """``1:56 pm on 8 May, 2023`` → 2023-05-08 13:56; a date with no time → midnight; else None."""
+    cleaned = " ".join(text.split())
+    for fmt in DATE_FORMATS:
+        try:
+            return datetime.strptime(cleaned, fmt)
+        except ValueError:
+            continue
+    match = re.search(r"(\d{1,2}) ([A-Za-z]+),? (\d{4})", cleaned)
+    if match:
+        for fmt in ("%d %B %Y", "%d %b %Y"):
+            try:
+                return datetime.strptime(" ".join(match.groups()), fmt)
+            except ValueError:
+                continue
+    return None
+
+
+def parse_date(text: object) -> date | None:
+    when = parse_when(text) if isinstance(text, str) else None
+    return when.date() if when else None
+
+
+def named_entities(text: str, *, limit: int = MAX_ENTITIES) -> list[str]:
+    """The capitalised names in ``text`` that do not open a sentence, in order, each once."""
+    out: dict[str, str] = {}
+    for match in ENTITY.finditer(text):
+        name = match.group(1).strip("'’")
+        if name in NOT_NAMES or len(name) < 2:
+            continue
+        out.setdefault(name.lower(), name)
+        if len(out) >= limit:
+            break
+    return list(out.values())
+
+
+def entity_key(name: str) -> str:
+    return " ".join(name.lower().replace("’", "'").split())
+
+
+class ConversationIngestor:
+    """Writes sessions of one conversation through an ``Ingestor`` (its job is the
+    conversation). ``turn_iris`` maps each turn id (``D3:7``) to its Turn node's IRI."""
+
+    def __init__(self, ingestor: Ingestor) -> None:
+        self.ingestor = ingestor
+        self.base = ingestor.job_iri
+        self.turn_iris: dict[str, str] = {}
+        self._people: dict[str, str] = {}  # lower-cased name -> Person IRI
+        self._entities: set[str] = set()
+
+    def person(self, name: str) -> str:
+        key = name.lower()
+        iri = self._people.get(key)
+        if iri is None:
+            iri = self.ingestor.put({"@id": f"{self.base}/person/{quote(name, safe='')}",
+                                     "@type": "Person", "name": name})
+            self._people[key] = iri
+        return iri
+
+    def entity(self, name: str) -> str:
+        iri = f"{self.base}/entity/{quote(entity_key(name), safe='')}"
+        if iri not in self._entities:
+            self.ingestor.put({"@id": iri, "@type": "Entity", "name": name})
+            self._entities.add(iri)
+        return iri
+
+    def session(self, session: Session) -> list[str]:
+        """Write the session's Event, its speakers, entities and turns; the Turn IRIs."""
+        when = parse_when(session.date_text)
+        event_iri = f"{self.base}/session/{int(session.number)}"
+        event: dict[str, Any] = {"@id": event_iri, "@type": "Event",
+                                 "text": f"session {int(session.number)}",
+                                 "partOf": self.base}
+        stamp: dict[str, Any] = {}
+        if session.date_text:
+            stamp["sessionDate"] = session.date_text
+        if when is not None:
+            stamp["createdAt"] = when.isoformat()
+        out = []
+        with self.ingestor.batch():  # one L0 transaction per session
+            self.ingestor.put({**event, **stamp})
+            for position, turn in enumerate(session.turns, 1):
+                out.append(self._turn(turn, position, event_iri, stamp))
+        return out
+
+    def _turn(self, turn: Utterance, position: int, session_iri: str,
+              stamp: dict[str, Any]) -> str:
+        speaker = self.person(turn.speaker) if turn.speaker else None
+        mentions = [self.entity(name) for name in named_entities(turn.text)
+                    if name.lower() not in self._people]
+        mentions += [iri for key, iri in self._people.items()
+                     if iri != speaker and re.search(rf"\b{re.escape(key)}\b", turn.text.lower())]
+        iri = f"{self.base}/turn/{quote(turn.speaker or '-', safe='')}/{quote(turn.id, safe='')}"
+        node: dict[str, Any] = {"@id": iri, "@type": "Turn", "role": turn.speaker or "-",
+                                "name": turn.id, "text": turn.text, "partOf": session_iri,
+                                "position": position, **stamp}
+        if speaker:
+            node["speaker"] = speaker
+        if mentions:
+            node["mentions"] = mentions
+        self.ingestor.put(node)
+        self.turn_iris[turn.id] = iri
+        return iri
+
+
+def sessions_of(conversation: dict[str, Any]) -> list[Session]:
+    """The sessions of a LoCoMo-format ``conversation`` dict (``session_<n>`` lists of turns
+    ``{speaker, dia_id, text, blip_caption?}``, ``session_<n>_date_time``), in order. A turn's
+    ``blip_caption`` is appended as ``[image: ...]``. Summaries and observations are not read."""
+    numbers = sorted(int(m.group(1)) for key in conversation
+                     if (m := re.fullmatch(r"session_(\d+)", key))
+                     and isinstance(conversation[key], list))
+    out = []
+    for number in numbers:
+        turns: list[Utterance] = []
+        for raw in conversation[f"session_{number}"]:
+            if not isinstance(raw, dict) or "dia_id" not in raw:
+                continue
+            text = str(raw.get("text", ""))
+            caption = raw.get("blip_caption")
+            if caption:
+                text = f"{text} [image: {caption}]"
+            turns.append(Utterance(str(raw["dia_id"]), str(raw.get("speaker", "")), text))
+        date_text = conversation.get(f"session_{number}_date_time")
+        out.append(Session(number, date_text if isinstance(date_text, str) else "",
+                           tuple(turns)))
+    return out
+
+
+def turn_count(sessions: Sequence[Session]) -> int:
+    return sum(len(s.turns) for s in sessions)

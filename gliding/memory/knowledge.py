@@ -1,0 +1,269 @@
+"""Knowledge memory: the blackboard (L2) joined to hybrid recall, so what any agent wrote comes
+back on demand — by words, by meaning, and through the graph.
+
+``KnowledgeMemory`` wraps a ``Blackboard``: its ``board`` is a ``Blackboard`` too
+(``IndexingBlackboard``), and every node put through it is also remembered as a recall item
+when its type carries content worth recalling (``RECALLED_TYPES``). The ingestion path
+(``Ingestor``, ``ConversationIngestor``) writes through that board, so nothing is indexed that
+is not in the graph. Items are embedded in batches: puts are buffered and ``flush`` (called
+before every recall, and whenever ``batch_size`` items are waiting) embeds them at once.
+
+Recall (``recall(query, budget)``) is ``HybridRecall`` (``recall.py``) with the graph wired in:
+its entity step asks the blackboard, with one SPARQL query, which other items share a rare
+entity or person (``gl:mentions``, mentioned by at most ``rare_df`` items) with the best hits
+— expansion — and items both found by words or meaning *and* related in the graph rise the most
+— confirmation. Sessions, positions, speakers and dates of items come from the nodes
+(``partOf``, ``position``, ``role``, ``createdAt``/``sessionDate``), so the time and neighbour
+steps work on anything ingested.
+
+``search`` (agents' ``kg_search``) ranks nodes with the same hybrid scores and returns them with
+their IRIs; ``query`` (agents' ``knowledge_query``) is the blackboard's read-only SPARQL.
+
+A node put again with changed text keeps its first indexed text until the process restarts
+(``load`` indexes the current state); the blackboard and L0 always have the new revision.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from gliding.memory.blackboard import (
+    DEFAULT_TIMEOUT_S,
+    Blackboard,
+    Ref,
+    Triple,
+    Value,
+    sparql_iri,
+)
+from gliding.memory.recall import Count, HybridRecall, MemoryItem, Packed, RecallSettings
+from gliding.memory.vectors import Embedder, VectorIndex
+from gliding.memory.vocabulary import NS, validate_node
+
+RECALLED_TYPES = frozenset({"Turn", "Fact", "Step", "ToolResult", "Error", "CheckReport",
+                            "Decision", "Job"})
+TEXT_KEYS = ("text", "summary", "name", "path")
+_PREFIX = f"PREFIX gl: <{NS}>\n"
+_RELATED = _PREFIX + """SELECT ?other (COUNT(DISTINCT ?e) AS ?shared) WHERE {{
+  {{ SELECT ?e WHERE {{
+      VALUES ?hit {{ {hits} }}
+      ?hit gl:mentions ?e . ?t gl:mentions ?e .
+    }} GROUP BY ?e HAVING (COUNT(DISTINCT ?t) > 1 && COUNT(DISTINCT ?t) <= {rare}) }}
+  ?other gl:mentions ?e .
+  {exclude}
+}} GROUP BY ?other"""
+_NODES = _PREFIX + """SELECT ?g ?s WHERE {{ GRAPH ?g {{ ?s a ?type .
+  FILTER(?type IN ({types})) }} }}"""
+
+
+@dataclass(frozen=True)
+class KnowledgeHit:
+    """A node ``search`` found: its IRI, type, graph (job), score and a line of its text."""
+
+    iri: str
+    type: str
+    graph: str
+    score: float
+    text: str
+
+
+class KnowledgeMemory:
+    """Blackboard + recall index over the nodes written through ``self.board``.
+
+    ``embedder`` None: lexical and graph recall only. ``vector_index``: another vector backend
+    (e.g. Qdrant) instead of the exact in-process index. ``graph`` restricts graph expansion
+    to one named graph (a conversation's or a job's); None searches every graph.
+    """
+
+    def __init__(self, board: Blackboard, count: Count, *, embedder: Embedder | None = None,
+                 vector_index: VectorIndex | None = None,
+                 settings: RecallSettings | None = None, batch_size: int = 64,
+                 graph: str | None = None) -> None:
+        self.store = board
+        self.board: Blackboard = IndexingBlackboard(board, self)
+        self.graph = graph
+        self.batch_size = batch_size
+        self.index = HybridRecall(count=count, embedder=embedder,
+                                  settings=settings or RecallSettings(),
+                                  vector_index=vector_index, related=self.related)
+        self._pending: list[MemoryItem] = []
+        self._seen: set[str] = set()
+        self._sessions: dict[str, int] = {}
+        self._graph_of: dict[str, str] = {}
+        self._order = 0
+
+    def __len__(self) -> int:
+        return len(self.index) + len(self._pending)
+
+    # ---- ingest ---------------------------------------------------------------------------
+    def observe(self, node: Mapping[str, Any], graph: str) -> None:
+        """Remember ``node`` (already written to ``graph``) as a recall item if it has content."""
+        iri, kind = str(node.get("@id")), str(node.get("@type"))
+        if kind not in RECALLED_TYPES or iri in self._seen:
+            return
+        item = self._item(node)
+        if item is None:
+            return
+        self._seen.add(iri)
+        self._graph_of[iri] = graph
+        self._pending.append(item)
+        if len(self._pending) >= self.batch_size:
+            self.flush()
+
+    def flush(self) -> int:
+        """Index every waiting item, embedding them in one batch; returns how many."""
+        pending, self._pending = self._pending, []
+        if pending:
+            self.index.add(pending)
+        return len(pending)
+
+    def load(self, graphs: Iterable[str] | None = None, *, max_nodes: int = 100_000) -> int:
+        """Index what the blackboard already holds (every graph, or ``graphs``): the nodes of
+        earlier jobs, so a new job can recall them. Returns how many items were added."""
+        types = ", ".join(f"gl:{t}" for t in sorted(RECALLED_TYPES))
+        rows = self.store.query(_NODES.format(types=types) + f" LIMIT {int(max_nodes)}",
+                                timeout_s=60.0)
+        wanted = set(graphs) if graphs is not None else None
+        before = len(self)
+        for row in rows:
+            g, s = row.get("g"), row.get("s")
+            if not isinstance(g, Ref) or not isinstance(s, Ref) or s.iri in self._seen:
+                continue
+            if wanted is not None and g.iri not in wanted:
+                continue
+            node = self.store.get(s.iri, graph=g.iri)
+            if node is not None:
+                self.observe(node, g.iri)
+        self.flush()
+        return len(self) - before
+
+    def _item(self, node: Mapping[str, Any]) -> MemoryItem | None:
+        texts = [str(node[k]) for k in TEXT_KEYS if isinstance(node.get(k), str) and node[k]]
+        if node.get("@type") == "Turn" and "text" in node:
+            texts = [str(node["text"])]  # a turn's name is its id, not content
+        text = " | ".join(dict.fromkeys(texts))
+        if not text.strip():
+            return None
+        iri = str(node["@id"])
+        parent = str(node.get("partOf") or "")
+        session = self._sessions.setdefault(parent, len(self._sessions))
+        self._order += 1
+        position = node.get("position")
+        label = str(node["name"]) if node.get("@type") == "Turn" and node.get("name") else (
+            _short_iri(iri))
+        return MemoryItem(
+            id=iri, text=text, session=session, date=_node_date(node),
+            speaker=str(node.get("role") or ""),
+            position=int(position) if isinstance(position, int) else self._order,
+            importance=(float(node["importance"]) if isinstance(node.get("importance"),
+                                                                int | float) else None),
+            label=label)
+
+    # ---- recall ---------------------------------------------------------------------------
+    def recall(self, query: str, budget: int, *, now: float | None = None) -> Packed:
+        """The hybrid context for ``query`` within ``budget`` tokens (cl100k by default)."""
+        self.flush()
+        return self.index.recall(query, budget, now=now)
+
+    def related(self, hits: Sequence[str], query: str) -> dict[str, float]:
+        """Items sharing a rare entity or person with ``hits`` (graph expansion): item IRI →
+        how many such entities it shares. The query's own names are left out (words already
+        find them)."""
+        rare = self.index.settings.rare_df
+        values = " ".join(sparql_iri(h) for h in hits)
+        named = [name.lower() for name in re.findall(r"\b[A-Z][a-zA-Z]+", query)]
+        exclude = ""
+        if named:
+            from gliding.memory.blackboard import sparql_literal
+
+            names = ", ".join(sparql_literal(n) for n in dict.fromkeys(named))
+            exclude = ("FILTER NOT EXISTS { ?e gl:name ?n . "
+                       f"FILTER(LCASE(STR(?n)) IN ({names})) }}")
+        sparql = _RELATED.format(hits=values, rare=int(rare), exclude=exclude)
+        graph = self.graph or (self._graph_of.get(hits[0]) if hits else None)
+        rows = self.store.query(sparql, graph=graph, timeout_s=DEFAULT_TIMEOUT_S)
+        out: dict[str, float] = {}
+        for row in rows:
+            other, shared = row.get("other"), row.get("shared")
+            if isinstance(other, Ref) and isinstance(shared, int | float):
+                out[other.iri] = float(shared)
+        return out
+
+    def search(self, text: str, *, k: int = 10) -> list[KnowledgeHit]:
+        """The ``k`` recalled nodes that best match ``text`` (hybrid scores), best first."""
+        self.flush()
+        scores = self.index.scores(text)
+        out = []
+        for row in self.index.rank(scores)[:k]:
+            item = self.index.items[row]
+            out.append(KnowledgeHit(item.id, _type_of(item.id, self), self._graph_of.get(
+                item.id, ""), round(float(scores[row]), 4), " ".join(item.text.split())[:300]))
+        return out
+
+    def query(self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+              graph: str | None = None) -> list[dict[str, Value]]:
+        """Read-only SPARQL over the blackboard (validated, LIMIT added or capped)."""
+        return self.store.query(sparql, timeout_s=timeout_s, graph=graph)
+
+
+class IndexingBlackboard:
+    """A Blackboard that also hands every node it writes to a ``KnowledgeMemory``."""
+
+    def __init__(self, inner: Blackboard, memory: KnowledgeMemory) -> None:
+        self.inner = inner
+        self.memory = memory
+        self.max_limit = getattr(inner, "max_limit", 1000)
+
+    def put(self, node: Mapping[str, Any], *, graph: str) -> str:
+        iri = self.inner.put(node, graph=graph)
+        self.memory.observe(validate_node(node), graph)
+        return iri
+
+    def get(self, iri: str, *, graph: str) -> dict[str, Any] | None:
+        return self.inner.get(iri, graph=graph)
+
+    def query(self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+              graph: str | None = None) -> list[dict[str, Value]]:
+        return self.inner.query(sparql, timeout_s=timeout_s, graph=graph)
+
+    def construct(self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                  graph: str | None = None) -> list[Triple]:
+        return self.inner.construct(sparql, timeout_s=timeout_s, graph=graph)
+
+    def count(self, *, graph: str | None = None) -> int:
+        return self.inner.count(graph=graph)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _node_date(node: Mapping[str, Any]) -> date | None:
+    created = node.get("createdAt")
+    if isinstance(created, str):
+        try:
+            return datetime.fromisoformat(created).date()
+        except ValueError:
+            pass
+    when = node.get("sessionDate")
+    if isinstance(when, str):
+        from gliding.memory.conversation import parse_date
+
+        return parse_date(when)
+    return None
+
+
+def _short_iri(iri: str) -> str:
+    """``gliding://job/<job>/turn/DA/3`` → ``turn/DA/3`` (relative IRIs resolve in tools)."""
+    match = re.match(r"gliding://job/[^/]+/(.+)", iri)
+    return match.group(1) if match else iri
+
+
+def _type_of(iri: str, memory: KnowledgeMemory) -> str:
+    graph = memory._graph_of.get(iri)
+    if graph is None:
+        return "?"
+    node = memory.store.get(iri, graph=graph)
+    return str(node.get("@type")) if node else "?"
