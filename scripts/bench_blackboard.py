@@ -9,10 +9,13 @@ validates every node and bulk-loads the quads into an on-disk pyoxigraph store (
 covers generating, validating and loading). Then it measures, after a few warm-up calls,
 ``Blackboard.put`` replacing one existing Step node, and ``Blackboard.construct`` of a 1-hop
 frame (the focus node's own triples and the triples that point at it, LIMIT 200) around a
-random focus node in its job's graph. Prints JSON:
+random focus node in its job's graph, and the real L3 path: ``Projector.briefing`` of a random
+role's frame (CONSTRUCT over the job graph, rendered into a 300-token briefing, view cache
+bypassed) for a random job. Prints JSON (and writes it to ``--out``):
 
     {"triples", "load_s", "write_ms_p50", "write_ms_p99", "projection_ms_p50",
-     "projection_ms_p99", "projection_triples_mean"}
+     "projection_ms_p99", "projection_triples_mean", "l3_briefing_ms_p50",
+     "l3_briefing_ms_p99", "l3_briefing_tokens_mean"}
 
 Targets: write p50 <= 2 ms and projection p50 <= 15 ms at 1M triples.
 """
@@ -32,11 +35,15 @@ from typing import Any
 
 from pyoxigraph import Quad
 
+from gliding.context.tokens import TokenCounter
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.blackboard import sparql_iri
+from gliding.memory.projection import FRAMES, Projector
 from gliding.memory.vocabulary import node_to_quads
 
 PROJECTION_LIMIT = 200
+BRIEFING_TOKENS = 300  # memory.recall.briefing_tokens' default
+ROLES = tuple(FRAMES)
 WARMUP = 10
 WORDS = ("read", "write", "parse", "test", "config", "server", "cache", "index", "report",
          "retry", "token", "budget", "plan", "check", "graph", "query", "commit", "patch")
@@ -153,8 +160,18 @@ def run(directory: Path, triples: int, samples: int, seed: int) -> dict[str, Any
             )
             sizes.append(len(triples))
 
+        counter = TokenCounter()
+        graphs = sorted({graph for _, graph in focus})
+        briefed: list[int] = []
+
+        def brief() -> None:  # the real L3 path: a role's frame, rendered, never from cache
+            projector = Projector(board, counter.count)
+            text = projector.briefing(rng.choice(ROLES), rng.choice(graphs), BRIEFING_TOKENS)
+            briefed.append(counter.count(text))
+
         writes = timed(write, samples)
         projections = timed(project, samples)
+        briefings = timed(brief, samples)
     return {
         "triples": total,
         "load_s": round(load_s, 2),
@@ -163,6 +180,9 @@ def run(directory: Path, triples: int, samples: int, seed: int) -> dict[str, Any
         "projection_ms_p50": round(percentile(projections, 0.50), 3),
         "projection_ms_p99": round(percentile(projections, 0.99), 3),
         "projection_triples_mean": round(sum(sizes) / len(sizes), 1),
+        "l3_briefing_ms_p50": round(percentile(briefings, 0.50), 3),
+        "l3_briefing_ms_p99": round(percentile(briefings, 0.99), 3),
+        "l3_briefing_tokens_mean": round(sum(briefed) / len(briefed), 1),
     }
 
 
@@ -171,6 +191,7 @@ def main() -> int:
     parser.add_argument("--triples", type=int, default=1_000_000, help="triples to load")
     parser.add_argument("--samples", type=int, default=200, help="timed calls of each kind")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     parser.add_argument("--dir", type=Path, default=None,
                         help="store directory (must not exist); default: a temporary one")
     args = parser.parse_args()
@@ -183,7 +204,10 @@ def main() -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="gliding-bench-bb-") as tmp:
             result = run(Path(tmp) / "store", args.triples, args.samples, args.seed)
-    print(json.dumps(result))
+    text = json.dumps(result)
+    if args.out is not None:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    print(text)
     return 0
 
 

@@ -241,7 +241,7 @@ def memory_note(settings: ContextSettings) -> str:
     return (f"Memory: a tool result over {r.threshold} bytes is archived and shown as a summary "
             f"of at most {r.preview_size} bytes with its IRI. Read it back with "
             "read_result(iri, offset, limit) or grep_result(iri, pattern); recall(query) finds "
-            "earlier turns that left the prompt.")
+            "earlier turns that left the prompt and what earlier jobs recorded.")
 
 
 def _recall_text(engine: ContextEngine, query: str) -> str:

@@ -203,6 +203,47 @@ def memory_search(
         typer.echo(f"{hit.score:7.3f}  {hit.type:<11} {hit.iri}\n         {hit.text}")
 
 
+@memory_app.command("recall")
+def memory_recall(
+    text: str = typer.Argument(..., help="What to remember, e.g. a question."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where the blackboard is."),
+    budget: int | None = typer.Option(None, "--budget", "-b",
+                                      help="Tokens (default memory.recall.budget_tokens)."),
+    no_vectors: bool = typer.Option(False, "--no-vectors",
+                                    help="Words and graph only (no embedding model)."),
+) -> None:
+    """What an agent's recall(query) would get from long-term memory: the blackboard's turns,
+    results, steps, checks and decisions of every job, ranked by hybrid recall."""
+    import os
+
+    from gliding.errors import GlidingError
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        from gliding.context.tokens import TokenCounter
+        from gliding.daemon.compose import open_knowledge
+
+        overrides = _data_dir(data_dir)
+        if no_vectors:
+            overrides["memory.vectors.enabled"] = False
+        settings = _settings(overrides)
+        board = _open_board(data_dir, settings)
+        try:
+            knowledge = open_knowledge(board, settings,
+                                       TokenCounter(settings.context.tokenizer).count)
+            packed = knowledge.recall(text, budget or settings.memory.recall.budget_tokens)
+        finally:
+            board.close()
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    if not packed.ids:
+        typer.echo("nothing recalled", err=True)
+        return
+    typer.echo(packed.text)
+    typer.echo(f"[{len(packed.ids)} items, {packed.tokens} tokens]", err=True)
+
+
 @memory_app.command("graph")
 def memory_graph(
     iri: str = typer.Argument(..., help="The node, e.g. gliding://job/<job>/plan/1."),
@@ -229,12 +270,16 @@ def memory_graph(
     typer.echo(f"{len(rows)} edges drawn to {png}")
 
 
-def _open_board(data_dir: Path | None) -> Any:
+def _open_board(data_dir: Path | None, settings: Any = None) -> Any:
     from gliding.daemon.compose import blackboard_path
     from gliding.errors import NotFoundError
     from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 
-    settings = _settings(_data_dir(data_dir))
+    settings = settings or _settings(_data_dir(data_dir))
+    if settings.memory.blackboard.url:
+        from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
+
+        return SparqlEndpointBlackboard.for_oxigraph(settings.memory.blackboard.url)
     path = blackboard_path(settings.data_dir)
     if not path.exists():
         raise NotFoundError(f"no blackboard in {settings.data_dir}",

@@ -86,6 +86,43 @@ class ContextSettings(_Section):
     summaries: SummarySettings = SummarySettings()
 
 
+class BlackboardSettings(_Section):
+    url: str | None = None  # base URL of a SPARQL endpoint (oxigraph serve); None = embedded
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:7878")
+        return value
+
+
+class VectorSettings(_Section):
+    enabled: bool = True  # embeddings (packaged all-MiniLM-L6-v2) for recall by meaning
+    url: str | None = None  # Qdrant server shared by processes or hosts; None = embedded index
+    collection: str = Field("gliding", min_length=1, max_length=255,
+                            pattern=r"^[A-Za-z0-9_.-]+$")  # Qdrant collection
+    precision: Literal["auto", "fp32", "bf16", "int8"] = "auto"  # embedding model precision
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:6333")
+        return value
+
+
+class MemoryRecallSettings(_Section):
+    budget_tokens: int = Field(600, ge=50)  # tokens one recall or kg_search answer may take
+    briefing_tokens: int = Field(300, ge=0)  # the L3 briefing in each role's system prompt
+
+
+class MemorySettings(_Section):
+    blackboard: BlackboardSettings = BlackboardSettings()
+    vectors: VectorSettings = VectorSettings()
+    recall: MemoryRecallSettings = MemoryRecallSettings()
+
+
 class Settings(_Section):
     data_dir: Path = Path(".gliding")  # job archives live under <data_dir>/jobs/<job>/
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
@@ -94,6 +131,7 @@ class Settings(_Section):
     tools: ToolSettings = ToolSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     context: ContextSettings = ContextSettings()
+    memory: MemorySettings = MemorySettings()
 
     @field_validator("data_dir", mode="before")
     @classmethod

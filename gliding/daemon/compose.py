@@ -25,7 +25,9 @@ from gliding.llm.port import LLM, backend_kind
 from gliding.memory.archive import Archive, archive_path
 from gliding.memory.blackboard import Blackboard
 from gliding.memory.ingest import Ingestor
+from gliding.memory.knowledge import KnowledgeMemory
 from gliding.memory.projection import Projector
+from gliding.memory.vectors import Embedder, VectorIndex, load_embedder
 from gliding.scheduler.runner import JobReport, JobRunner, JobSpec
 from gliding.tools.base import ToolGroupManager, builtin_groups
 
@@ -76,15 +78,16 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
             raise UsageError(f"cannot create workspace {task.workspace}: {exc}") from exc
         archive.set_meta("task", str(task.source))
         archive.set_meta("model", backend.name)
-        board = open_blackboard(settings.data_dir)
-        projector = ingestor = None
+        board = open_blackboard(settings)
+        projector = ingestor = knowledge = None
         if board is not None:
             counter = TokenCounter(settings.context.tokenizer)
+            knowledge = open_knowledge(board, settings, counter.count)
             projector = Projector(board, counter.count)
-            ingestor = Ingestor(board, archive, job, on_write=projector.invalidate)
+            ingestor = Ingestor(knowledge.board, archive, job, on_write=projector.invalidate)
         runner = JobRunner(spec, settings=settings, llm=backend, archive=archive, bus=bus,
                            roles=roles, tools=ToolGroupManager(builtin_groups()), clock=clock,
-                           ingestor=ingestor, projector=projector)
+                           ingestor=ingestor, projector=projector, knowledge=knowledge)
         async with bus.subscribe(f"job/{job}/events", max_buffer=1000) as events:
             async with anyio.create_task_group() as tg:
                 if on_event is not None:
@@ -104,16 +107,48 @@ def blackboard_path(data_dir: Path) -> Path:
     return data_dir / "blackboard"
 
 
-def open_blackboard(data_dir: Path) -> Blackboard | None:
-    """The data directory's embedded blackboard, or None (with a log line) when it cannot be
-    opened, e.g. because another running job holds it: L2 is optional for a job."""
-    from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-
+def open_blackboard(settings: Settings) -> Blackboard | None:
+    """The blackboard every job shares: the SPARQL endpoint of ``memory.blackboard.url``, else
+    the data directory's embedded store; None (with a log line) when it cannot be opened, e.g.
+    because another running job holds the embedded store: L2 is optional for a job."""
+    url = settings.memory.blackboard.url
     try:
-        return OxigraphBlackboard.open(blackboard_path(data_dir))
+        if url:
+            from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
+
+            return SparqlEndpointBlackboard.for_oxigraph(url)
+        from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+
+        return OxigraphBlackboard.open(blackboard_path(settings.data_dir))
     except GlidingError as exc:
-        log.warning("blackboard.unavailable", error=exc.message)
+        log.warning("blackboard.unavailable", error=exc.message, url=url)
         return None
+
+
+def open_knowledge(board: Blackboard, settings: Settings,
+                   count: Callable[[str], int]) -> KnowledgeMemory:
+    """Knowledge memory over ``board``, with what earlier jobs wrote already indexed (words and
+    graph now; embeddings, per ``memory.vectors``, on the first recall)."""
+    vectors = settings.memory.vectors
+    embedder_factory = vector_index_factory = None
+    if vectors.enabled:
+        def embedder_factory() -> Embedder | None:
+            return load_embedder(precision=vectors.precision)
+
+        if vectors.url:
+            def vector_index_factory(dim: int) -> VectorIndex | None:
+                from gliding.memory.backends.qdrant_vectors import open_qdrant_index
+
+                return open_qdrant_index(vectors.url, collection=vectors.collection, dim=dim)
+    knowledge = KnowledgeMemory(board, count, embedder_factory=embedder_factory,
+                                vector_index_factory=vector_index_factory)
+    try:
+        loaded = knowledge.load()
+    except GlidingError as exc:
+        log.warning("knowledge.load.failed", error=exc.message)
+    else:
+        log.debug("knowledge.loaded", items=loaded)
+    return knowledge
 
 
 async def _forward(events: Any, on_event: Callable[[JobEvent], None]) -> None:

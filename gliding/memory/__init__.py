@@ -16,21 +16,28 @@ This docstring is the one place the levels are listed; modules are named for wha
            graph of JSON-LD nodes (one named graph per job)         vocabulary.py
            queried read-only with SPARQL; embedded Oxigraph or a    backends/
            SPARQL 1.1 endpoint; ingest.py writes a job's nodes     ingest.py
-           and archives every revision in L0
+           (plans, checks, turns, tool results and the files,      entities.py
+           symbols and errors they name) and archives every        conversation.py
+           revision in L0; conversation.py writes conversations
+           (sessions, speakers, turns, named entities)
     L3     projection: per-role SPARQL frames rendered into a       projection.py       built
            compact briefing within a token budget (in each role's
            system prompt); views cached and invalidated by writes
            to nodes they used
-    recall long-term retrieval over memory items: BM25 (lexical),  lexical.py          built
-           embeddings with an exact numpy index (vectors), and     vectors.py
-           hybrid recall (fusion, neighbours, time, importance)    recall.py
-           packed into a token budget
-
+    recall long-term retrieval over what was written to L2: BM25    lexical.py          built
+           (lexical), embeddings (vectors: exact numpy index, or    vectors.py
+           Qdrant), hybrid recall (fusion, graph expansion,         recall.py
+           neighbours, time, importance, access) packed into a      knowledge.py
+           token budget; knowledge.py joins it to the blackboard   backends/qdrant_vectors.py
+           (every node put through it is indexed) for the agents'
+           recall / kg_search / knowledge_query
 ``archive.py`` is the L0 API (Archive, ArchivedItem, CallRecord, open_for_iri);
 ``archive_schema.py`` is its SQLite layout (tables, pragmas, schema version).
 ``blackboard.py`` is the L2 port (Blackboard, check_read_only_query, sparql_iri, sparql_literal);
 ``vocabulary.py`` its JSON-LD vocabulary (docs/vocabulary.md); ``backends/oxigraph_embedded.py``
-and ``backends/sparql_endpoint.py`` its stores.
+and ``backends/sparql_endpoint.py`` its stores. ``vectors.py`` is the vector port (VectorIndex,
+ExactVectorIndex, Embedder); ``backends/qdrant_vectors.py`` its server backend.
+``knowledge.py`` (KnowledgeMemory) is what the runtime and the LoCoMo benchmark both use.
 
 Lower levels never depend on higher ones: L1 points into L0 by IRI, L3 reads L2. Third-party stores
 live only under ``memory/backends/``.

@@ -216,7 +216,7 @@ def _form_of(tokens: list[_Token], seen_as: str) -> str:
             raise QueryError(
                 f"refused{seen_as}: {word} is not allowed; the blackboard answers read-only "
                 "queries and never runs SERVICE",
-                hint="write nodes with Blackboard.put; query only SELECT/ASK/CONSTRUCT/DESCRIBE",
+                hint="queries only read: use SELECT, ASK, CONSTRUCT or DESCRIBE",
             )
         if form is None and tok.kind == "word" and word not in ("PREFIX", "BASE") and not (
             tok.text.endswith(":")

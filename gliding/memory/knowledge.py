@@ -26,7 +26,8 @@ A node put again with changed text keeps its first indexed text until the proces
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -55,8 +56,10 @@ _RELATED = _PREFIX + """SELECT ?other (COUNT(DISTINCT ?e) AS ?shared) WHERE {{
   ?other gl:mentions ?e .
   {exclude}
 }} GROUP BY ?other"""
-_NODES = _PREFIX + """SELECT ?g ?s WHERE {{ GRAPH ?g {{ ?s a ?type .
-  FILTER(?type IN ({types})) }} }}"""
+_LOADED = ("text", "summary", "name", "path", "role", "partOf", "position", "createdAt",
+           "sessionDate", "importance")
+_LOAD = _PREFIX + """SELECT ?g ?s ?type ?p ?o WHERE {{ GRAPH ?g {{ ?s a ?type . ?s ?p ?o .
+  FILTER(?type IN ({types}) && ?p IN ({keys})) }} }}"""
 
 
 @dataclass(frozen=True)
@@ -73,13 +76,17 @@ class KnowledgeHit:
 class KnowledgeMemory:
     """Blackboard + recall index over the nodes written through ``self.board``.
 
-    ``embedder`` None: lexical and graph recall only. ``vector_index``: another vector backend
-    (e.g. Qdrant) instead of the exact in-process index. ``graph`` restricts graph expansion
-    to one named graph (a conversation's or a job's); None searches every graph.
+    ``embedder`` None: lexical and graph recall only, unless ``embedder_factory`` gives one on
+    the first recall (``ready``). ``vector_index``: another vector backend (e.g. Qdrant)
+    instead of the exact in-process index; ``vector_index_factory(dim)`` makes one when the
+    lazily loaded embedder arrives (None from it: the exact index). ``graph`` restricts graph
+    expansion to one named graph (a conversation's or a job's); None: the hit's own graph.
     """
 
     def __init__(self, board: Blackboard, count: Count, *, embedder: Embedder | None = None,
+                 embedder_factory: Callable[[], Embedder | None] | None = None,
                  vector_index: VectorIndex | None = None,
+                 vector_index_factory: Callable[[int], VectorIndex | None] | None = None,
                  settings: RecallSettings | None = None, batch_size: int = 64,
                  graph: str | None = None) -> None:
         self.store = board
@@ -88,8 +95,11 @@ class KnowledgeMemory:
         self.batch_size = batch_size
         self.index = HybridRecall(count=count, embedder=embedder,
                                   settings=settings or RecallSettings(),
-                                  vector_index=vector_index, related=self.related)
+                                  vector_index=vector_index, related=self.related,
+                                  grouped=True)
         self._pending: list[MemoryItem] = []
+        self._factory = embedder_factory if embedder is None else None
+        self._index_factory = vector_index_factory
         self._seen: set[str] = set()
         self._sessions: dict[str, int] = {}
         self._graph_of: dict[str, str] = {}
@@ -120,23 +130,35 @@ class KnowledgeMemory:
             self.index.add(pending)
         return len(pending)
 
-    def load(self, graphs: Iterable[str] | None = None, *, max_nodes: int = 100_000) -> int:
-        """Index what the blackboard already holds (every graph, or ``graphs``): the nodes of
-        earlier jobs, so a new job can recall them. Returns how many items were added."""
+    def load(self, graphs: Iterable[str] | None = None, *, max_nodes: int = 20_000) -> int:
+        """Index what the blackboard already holds (every graph, or ``graphs``) — the nodes of
+        earlier jobs, so a new job can recall them — with one query; returns how many items
+        were added (at most ``max_nodes`` nodes are read)."""
         types = ", ".join(f"gl:{t}" for t in sorted(RECALLED_TYPES))
-        rows = self.store.query(_NODES.format(types=types) + f" LIMIT {int(max_nodes)}",
-                                timeout_s=60.0)
+        keys = ", ".join(f"gl:{k}" for k in _LOADED)
+        page = int(getattr(self.store, "max_limit", 1000))
+        rows: list[dict[str, Value]] = []
+        while len(rows) < max_nodes * len(_LOADED):  # the store caps every LIMIT: read pages
+            got = self.store.query(_LOAD.format(types=types, keys=keys)
+                                   + f" ORDER BY ?g ?s ?p LIMIT {page} OFFSET {len(rows)}",
+                                   timeout_s=60.0)
+            rows += got
+            if len(got) < page:
+                break
         wanted = set(graphs) if graphs is not None else None
-        before = len(self)
+        nodes: dict[tuple[str, str], dict[str, Any]] = {}
         for row in rows:
-            g, s = row.get("g"), row.get("s")
-            if not isinstance(g, Ref) or not isinstance(s, Ref) or s.iri in self._seen:
+            g, subject, kind, p = row.get("g"), row.get("s"), row.get("type"), row.get("p")
+            if not (isinstance(g, Ref) and isinstance(subject, Ref) and isinstance(kind, Ref)
+                    and isinstance(p, Ref)) or (wanted is not None and g.iri not in wanted):
                 continue
-            if wanted is not None and g.iri not in wanted:
-                continue
-            node = self.store.get(s.iri, graph=g.iri)
-            if node is not None:
-                self.observe(node, g.iri)
+            node = nodes.setdefault((g.iri, subject.iri), {
+                "@id": subject.iri, "@type": kind.iri.rsplit("#", 1)[-1]})
+            value = row.get("o")
+            node[p.iri.rsplit("#", 1)[-1]] = value.iri if isinstance(value, Ref) else value
+        before = len(self)
+        for (graph, _iri), node in nodes.items():
+            self.observe(node, graph)
         self.flush()
         return len(self) - before
 
@@ -152,8 +174,9 @@ class KnowledgeMemory:
         session = self._sessions.setdefault(parent, len(self._sessions))
         self._order += 1
         position = node.get("position")
-        label = str(node["name"]) if node.get("@type") == "Turn" and node.get("name") else (
-            _short_iri(iri))
+        # a conversation turn shows its own id (D3:7); anything else its full IRI, which the
+        # read-back tools take from any job
+        label = str(node["name"]) if node.get("@type") == "Turn" and node.get("name") else iri
         return MemoryItem(
             id=iri, text=text, session=session, date=_node_date(node),
             speaker=str(node.get("role") or ""),
@@ -163,10 +186,29 @@ class KnowledgeMemory:
             label=label)
 
     # ---- recall ---------------------------------------------------------------------------
-    def recall(self, query: str, budget: int, *, now: float | None = None) -> Packed:
-        """The hybrid context for ``query`` within ``budget`` tokens (cl100k by default)."""
+    def ready(self) -> None:
+        """Before a recall: load the embedder if one is to be loaded lazily (the first recall
+        pays for it, jobs that never recall do not), and index what is waiting."""
+        if self._factory is not None:
+            factory, self._factory = self._factory, None
+            embedder = factory()
+            if embedder is not None:
+                shared = (self._index_factory(embedder.dim) if self._index_factory is not None
+                          else None)
+                self.index.attach_embedder(embedder, shared)
         self.flush()
-        return self.index.recall(query, budget, now=now)
+
+    def recall(self, query: str, budget: int, *, now: float | None = None,
+               touch: bool = False) -> Packed:
+        """The hybrid context for ``query`` within ``budget`` tokens (cl100k by default).
+        ``touch`` records that the returned items were used at ``now`` (seconds; default the
+        wall clock), so items agents keep needing rank a little higher, decaying over time."""
+        self.ready()
+        when = time.time() if now is None and touch else now
+        packed = self.index.recall(query, budget, now=when)
+        if touch and when is not None:
+            self.index.touch(packed.ids, when)
+        return packed
 
     def related(self, hits: Sequence[str], query: str) -> dict[str, float]:
         """Items sharing a rare entity or person with ``hits`` (graph expansion): item IRI →
@@ -194,7 +236,7 @@ class KnowledgeMemory:
 
     def search(self, text: str, *, k: int = 10) -> list[KnowledgeHit]:
         """The ``k`` recalled nodes that best match ``text`` (hybrid scores), best first."""
-        self.flush()
+        self.ready()
         scores = self.index.scores(text)
         out = []
         for row in self.index.rank(scores)[:k]:
@@ -253,12 +295,6 @@ def _node_date(node: Mapping[str, Any]) -> date | None:
 
         return parse_date(when)
     return None
-
-
-def _short_iri(iri: str) -> str:
-    """``gliding://job/<job>/turn/DA/3`` → ``turn/DA/3`` (relative IRIs resolve in tools)."""
-    match = re.match(r"gliding://job/[^/]+/(.+)", iri)
-    return match.group(1) if match else iri
 
 
 def _type_of(iri: str, memory: KnowledgeMemory) -> str:

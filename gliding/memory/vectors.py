@@ -61,6 +61,10 @@ class VectorIndex(Protocol):
 
     def search(self, query_vector: np.ndarray, k: int) -> list[tuple[str, float]]: ...
 
+    def missing(self, ids: Sequence[str]) -> list[str]:
+        """The ids of ``ids`` (each once, in order) that hold no vector."""
+        ...
+
     def __len__(self) -> int: ...
 
 
@@ -118,6 +122,9 @@ class ExactVectorIndex:
     def search(self, query_vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` most similar (id, cosine) pairs, best first."""
         return top_k(self.ids, self.scores(query_vector), k, positive=False)
+
+    def missing(self, ids: Sequence[str]) -> list[str]:
+        return [i for i in dict.fromkeys(ids) if i not in self._known]
 
     def close(self) -> None:
         """Nothing to release (the matrix lives in memory); here so every index has close()."""

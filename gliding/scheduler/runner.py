@@ -9,7 +9,8 @@ another. Progress events go to ``job/<job>/events`` for whoever displays them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,21 +34,27 @@ from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker, Limits
 from gliding.core.checks import Check, CheckResult
 from gliding.core.clock import Clock, SystemClock
-from gliding.core.iri import record_iri
+from gliding.core.iri import parse_iri, record_iri
 from gliding.core.messages import ToolSpec, Usage
 from gliding.errors import GlidingError
 from gliding.llm.port import LLM
-from gliding.memory.archive import Archive
+from gliding.memory.archive import Archive, open_for_iri
+from gliding.memory.blackboard import Value
 from gliding.memory.ingest import Ingestor
+from gliding.memory.knowledge import KnowledgeHit, KnowledgeMemory
 from gliding.memory.projection import Projector
+from gliding.memory.vocabulary import NS
 from gliding.scheduler import policy
 from gliding.tools.base import ToolContext, ToolGroupManager
 from gliding.tools.checks import run_checks_on
+from gliding.tools.knowledge import hit_line
 
 log = structlog.get_logger("gliding.scheduler")
 
-BRIEFING_TOKENS = 300  # the L3 briefing's share of a role's system prompt
 WRITING_TOOLS = ("write_file", "edit_file")
+KG_SEARCH_K = 8  # nodes a kg_search answers with unless the model asks for another number
+KNOWLEDGE_QUERY_TIMEOUT_S = 10.0
+_GL_PREFIX_RE = re.compile(r"PREFIX\s+gl:", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,8 @@ class JobRunner:
     def __init__(self, spec: JobSpec, *, settings: Settings, llm: LLM, archive: Archive,
                  bus: Bus, roles: dict[str, RoleSpec], tools: ToolGroupManager,
                  clock: Clock | None = None, ingestor: Ingestor | None = None,
-                 projector: Projector | None = None) -> None:
+                 projector: Projector | None = None,
+                 knowledge: KnowledgeMemory | None = None) -> None:
         self.spec = spec
         self.settings = settings
         self.llm = llm
@@ -105,6 +113,7 @@ class JobRunner:
         self.clock = clock or SystemClock()
         self.ingestor = ingestor
         self.projector = projector
+        self.knowledge = knowledge  # long-term memory for the knowledge tools (may be None)
         self.budget = BudgetTracker(spec.limits, started_at=self.clock.monotonic())
         self.turns: list[TurnSummary] = []
         self.written: dict[str, str] = {}  # path -> IRI of the result that wrote it
@@ -114,6 +123,7 @@ class JobRunner:
             "checks": spec.checks,
             "read_archived": self._read_archived,
             "iri_base": f"gliding://job/{spec.job}/",
+            **(self._knowledge_tools(knowledge) if knowledge is not None else {}),
         })
         self.counter = TokenCounter(settings.context.tokenizer)
         self.context_tokens: dict[str, list[int]] = {}  # role -> [engine tokens, baseline]
@@ -357,8 +367,10 @@ class JobRunner:
         if self.projector is None:
             return ""
         try:
-            text = self.projector.briefing(role, f"gliding://job/{self.spec.job}",
-                                           BRIEFING_TOKENS)
+            budget = self.settings.memory.recall.briefing_tokens
+            if budget <= 0:
+                return ""
+            text = self.projector.briefing(role, f"gliding://job/{self.spec.job}", budget)
         except GlidingError as exc:
             log.warning("blackboard.projection.failed", job=self.spec.job, role=role,
                         error=exc.message)
@@ -375,8 +387,51 @@ class JobRunner:
             log.warning("blackboard.ingest.failed", job=self.spec.job, what=what,
                         error=exc.message)
 
+    def _knowledge_tools(self, knowledge: KnowledgeMemory) -> dict[str, Any]:
+        """The callables recall, kg_search and knowledge_query reach long-term memory through.
+
+        They raise GlidingError on a refused query or a failing store; the tools hand that to
+        the model as an error, so a knowledge failure never stops the job. Queries are not held
+        to this job's graph: reading every job's graph is what shared memory is for.
+        """
+        budget = self.settings.memory.recall.budget_tokens
+
+        def knowledge_recall(query: str) -> str:
+            return knowledge.recall(query, budget, touch=True).text
+
+        def kg_search(query: str, k: int = KG_SEARCH_K) -> list[KnowledgeHit]:
+            kept: list[KnowledgeHit] = []
+            for hit in knowledge.search(query, k=k):
+                lines = [hit_line(h) for h in kept]
+
+                def fits(text: str, hit: KnowledgeHit = hit, lines: list[str] = lines) -> bool:
+                    line = hit_line(dataclasses.replace(hit, text=text))
+                    return self.counter.count("\n".join([*lines, line])) <= budget
+
+                text = _clip_words(hit.text, fits)
+                if text:
+                    kept.append(dataclasses.replace(hit, text=text))
+                if text != hit.text:
+                    break  # the budget is spent
+            return kept
+
+        def knowledge_query(sparql: str) -> list[dict[str, Value]]:
+            if "gl:" in sparql and not _GL_PREFIX_RE.search(sparql):
+                sparql = f"PREFIX gl: <{NS}>\n{sparql}"
+            return knowledge.query(sparql, timeout_s=KNOWLEDGE_QUERY_TIMEOUT_S)
+
+        return {"knowledge_recall": knowledge_recall, "kg_search": kg_search,
+                "knowledge_query": knowledge_query}
+
     def _read_archived(self, iri: str) -> str:
-        item = self.archive.get(iri)
+        """An archived item of this job, or of an earlier job of the same data directory (what
+        recall and kg_search point at); raises GlidingError when there is none."""
+        if parse_iri(iri).job == self.spec.job:
+            item = self.archive.get(iri)
+        else:
+            other, _ = open_for_iri(self.settings.data_dir, iri)
+            with other:
+                item = other.get(iri)
         return (item.content or b"").decode("utf-8", errors="replace")
 
     def _archive_artifacts(self) -> tuple[tuple[str, str], ...]:
@@ -396,6 +451,21 @@ class JobRunner:
         log.info(event, job=self.spec.job, **data)
         await self.bus.publish(f"job/{self.spec.job}/events",
                                JobEvent(job=self.spec.job, event=event, data=data))
+
+
+def _clip_words(text: str, fits: Callable[[str], bool]) -> str:
+    """``text`` if it ``fits``, else the most of its first words (and "…") that do, or ""."""
+    if fits(text):
+        return text
+    words = text.split()
+    low, high = 0, len(words) - 1
+    while low < high:  # the most words whose clipped text fits
+        mid = (low + high + 1) // 2
+        if fits(" ".join(words[:mid]) + "…"):
+            low = mid
+        else:
+            high = mid - 1
+    return " ".join(words[:low]) + "…" if low else ""
 
 
 def _correction_text(results: Sequence[CheckResult]) -> str:

@@ -207,9 +207,11 @@ def _add(chosen: dict[str, Tool], tool: Tool) -> None:
 
 
 def builtin_groups() -> dict[str, list[Tool]]:
-    """The builtin tool groups: read, write, exec, check, memory."""
+    """The builtin tool groups: read, write, exec, check, memory (archived results and recall)
+    and knowledge (the blackboard searched and queried: kg_search, knowledge_query)."""
     from gliding.tools.checks import RUN_CHECKS
     from gliding.tools.files import EDIT_FILE, LIST_DIR, READ_FILE, WRITE_FILE
+    from gliding.tools.knowledge import KG_SEARCH, KNOWLEDGE_QUERY
     from gliding.tools.readback import GREP_RESULT, READ_RESULT, RECALL
     from gliding.tools.search import GLOB, GREP
     from gliding.tools.shell import BASH
@@ -220,4 +222,5 @@ def builtin_groups() -> dict[str, list[Tool]]:
         "exec": [BASH],
         "check": [RUN_CHECKS],
         "memory": [READ_RESULT, GREP_RESULT, RECALL],
+        "knowledge": [KG_SEARCH, KNOWLEDGE_QUERY],
     }

@@ -3,11 +3,17 @@
 - ``read_result(iri, offset, limit)``: characters ``offset`` .. ``offset + limit`` of the
   archived text, exactly as stored (pages concatenate back to the original byte for byte);
 - ``grep_result(iri, pattern)``: the lines of the archived text matching a regex, numbered;
-- ``recall(query)``: earlier turns of this session that left the prompt, found by their summary.
+- ``recall(query)``: two labelled sections, each left out when it has nothing: earlier turns
+  of this session that left the prompt, found by their summary (L1), and what long-term memory
+  holds about ``query`` — every job's blackboard nodes, by hybrid recall within
+  ``memory.recall.budget_tokens`` — or ``nothing found``.
 
 These tools never import the archive: the runner puts a reader into ``ToolContext.extra``:
 ``extra["read_archived"]`` (IRI -> text; raises a GlidingError when absent), ``extra["recall"]``
-(query -> text) and ``extra["iri_base"]`` (``gliding://job/<job>/``, so the relative IRIs of
+(query -> text: the session's chain, set per agent by the agent loop; a text starting with
+``NO_SESSION_MATCH`` means none), ``extra["knowledge_recall"]`` (query -> text, "" for none;
+raises a GlidingError when the store fails; run on a worker thread, since the first recall may
+load the embedder) and ``extra["iri_base"]`` (``gliding://job/<job>/``, so the relative IRIs of
 the history block work too).
 """
 
@@ -16,11 +22,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import anyio
+
 from gliding.errors import GlidingError, ToolError
 from gliding.tools.base import Tool, ToolContext, prop, schema
 
 PAGE_CHARS = 4000
 MAX_MATCHES = 100
+NO_SESSION_MATCH = "no earlier turn matches"  # how the agent loop's session recall says "none"
+SESSION_LABEL = "Earlier turns of this session:"
+KNOWLEDGE_LABEL = "Long-term memory (what the team and earlier jobs recorded):"
 
 
 def _resolve(iri: str, ctx: ToolContext) -> str:
@@ -70,10 +81,30 @@ async def _grep_result(args: dict[str, Any], ctx: ToolContext) -> str:
 
 
 async def _recall(args: dict[str, Any], ctx: ToolContext) -> str:
-    recall = ctx.extra.get("recall")
-    if recall is None:
+    query = str(args["query"])
+    session, knowledge = ctx.extra.get("recall"), ctx.extra.get("knowledge_recall")
+    if session is None and knowledge is None:
         raise ToolError("recall is not available in this session")
-    return str(recall(str(args["query"])))
+    sections: list[str] = []
+    if session is not None:
+        found = str(session(query)).strip()
+        if found and not found.startswith(NO_SESSION_MATCH):
+            sections.append(f"{SESSION_LABEL}\n{found}")
+    failure: GlidingError | None = None
+    if knowledge is not None:
+        try:
+            found = str(await anyio.to_thread.run_sync(knowledge, query)).strip()
+        except GlidingError as exc:
+            failure = exc
+        else:
+            if found:
+                sections.append(f"{KNOWLEDGE_LABEL}\n{found}")
+    if failure is not None:
+        if not sections:
+            raise ToolError(f"long-term memory failed: {failure.message}",
+                            hint=failure.hint) from failure
+        sections.append(f"[long-term memory failed: {failure.message}]")
+    return "\n\n".join(sections) if sections else f"nothing found for {query!r}"
 
 
 READ_RESULT = Tool(
@@ -88,6 +119,6 @@ GREP_RESULT = Tool(
            pattern=prop("string", "Python regular expression")),
     _grep_result)
 RECALL = Tool(
-    "recall", "Find earlier turns that left the prompt.",
+    "recall", "Recall earlier turns of this session and what earlier jobs recorded.",
     schema(["query"], query=prop("string", "words to look for")),
     _recall)

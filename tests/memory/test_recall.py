@@ -244,16 +244,16 @@ def synthetic(path: Path) -> Path:
 
 
 def test_run_memory_bench_end_to_end(tmp_path: Path) -> None:
-    result = run_memory_bench(synthetic(tmp_path / "tiny.json"), [0, 1], [24, 2048],
+    result = run_memory_bench(synthetic(tmp_path / "tiny.json"), [0, 1], [32, 2048],
                               embedder=HashEmbedder())  # type: ignore[arg-type]
     assert result["questions"] == 3 and result["turns"] == 5
     assert set(result["methods"]) == {"recency", "bm25", "vector", "gliding"}
     for method in result["methods"].values():
-        assert set(method) == {"24", "2048"}
+        assert set(method) == {"32", "2048"}
         assert method["2048"]["recall"] == 1.0  # everything fits
         assert set(method["2048"]["by_category"]) == {"1", "2", "4"}
-        assert method["24"]["recall"] <= method["2048"]["recall"]
-    assert result["methods"]["gliding"]["24"]["recall"] > result["methods"]["recency"]["24"][
+        assert method["32"]["recall"] <= method["2048"]["recall"]
+    assert result["methods"]["gliding"]["32"]["recall"] > result["methods"]["recency"]["32"][
         "recall"]
     assert result["retrieval_ms_p99"] >= result["retrieval_ms_p50"] > 0
     assert result["ingest_turns_per_s"] > 0

@@ -84,6 +84,28 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_context.test_w_recency_high_makes_age_outweigh_relevance"],
     "context.summaries.w_cost": [
         "test_settings_context.test_w_cost_high_makes_the_most_expensive_turn_go_first"],
+    "memory.blackboard.url": [
+        "test_settings_memory.test_blackboard_url_is_the_endpoint_a_job_writes_its_nodes_to",
+        "test_settings_memory.test_blackboard_url_default_is_the_embedded_store_in_the_data_dir"],
+    "memory.vectors.enabled": [
+        "test_settings_memory.test_vectors_enabled_false_recalls_without_loading_an_embedder",
+        "test_settings_memory."
+        "test_vectors_enabled_loads_the_packaged_embedder_at_the_first_recall_in_the_precision_set"],
+    "memory.vectors.url": [
+        "test_settings_memory.test_vectors_url_unreachable_logs_and_falls_back_to_the_exact_index",
+        "test_settings_memory.test_vectors_collection_is_the_collection_open_knowledge_asks_qdrant_for"],
+    "memory.vectors.collection": [
+        "test_settings_memory.test_vectors_collection_is_the_collection_open_knowledge_asks_qdrant_for",
+        "test_settings_memory.test_vectors_collection_that_qdrant_would_refuse_is_a_config_error"],
+    "memory.vectors.precision": [
+        "test_settings_memory."
+        "test_vectors_enabled_loads_the_packaged_embedder_at_the_first_recall_in_the_precision_set"],
+    "memory.recall.budget_tokens": [
+        "test_settings_memory.test_recall_budget_tokens_bounds_recall_and_kg_search_answers",
+        "test_settings_memory.test_recall_budget_tokens_larger_recalls_more"],
+    "memory.recall.briefing_tokens": [
+        "test_settings_memory.test_briefing_tokens_zero_leaves_the_blackboard_out_of_every_system_prompt",
+        "test_settings_memory.test_briefing_tokens_positive_briefs_each_role_within_it"],
 }
 
 

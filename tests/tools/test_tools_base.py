@@ -68,6 +68,7 @@ def test_builtin_groups() -> None:
         "exec": ["bash"],
         "check": ["run_checks"],
         "memory": ["read_result", "grep_result", "recall"],
+        "knowledge": ["kg_search", "knowledge_query"],
     }
     for tools in groups.values():
         for tool in tools:
@@ -79,7 +80,8 @@ def test_builtin_groups() -> None:
 
 def test_unknown_group_lists_known_groups() -> None:
     manager = ToolGroupManager(builtin_groups())
-    expected = "unknown tool group 'admin'; known groups: check, exec, memory, read, write"
+    expected = ("unknown tool group 'admin'; known groups: check, exec, knowledge, memory, read, "
+                "write")
     with pytest.raises(ToolError, match=expected):
         manager.toolset(["read", "admin"])
 

@@ -176,6 +176,18 @@ class QdrantVectorIndex:
             self._call("store vectors", partial(self.client.upsert, self.collection,
                                                 points=batch, wait=True))
 
+    def missing(self, ids: Sequence[str]) -> list[str]:
+        """The ids of ``ids`` that hold no vector yet, in order (so a shared server's vectors
+        are reused instead of embedded again)."""
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return []
+        stored = self._call("look up ids", lambda: self.client.retrieve(
+            self.collection, ids=[point_id(i) for i in ids], with_payload=True,
+            with_vectors=False))
+        known = {str((point.payload or {}).get(ID_KEY)) for point in stored}
+        return [i for i in ids if i not in known]
+
     def search(self, query_vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` most similar (id, cosine) pairs, best first."""
         query = normalise(query_vector)[0]

@@ -1,0 +1,250 @@
+"""The knowledge tools and recall against a real in-memory Oxigraph blackboard and KnowledgeMemory:
+what the model sees for good searches and queries, for hostile or broken SPARQL, and for huge
+results. The callables are wired the way the runner wires them (without embeddings)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gliding.config.settings import ToolSettings
+from gliding.context.tokens import TokenCounter
+from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+from gliding.memory.blackboard import QueryTimeout
+from gliding.memory.knowledge import KnowledgeMemory
+from gliding.memory.vocabulary import NS
+from gliding.tools.base import ToolContext, ToolGroupManager, ToolOutcome, builtin_groups
+from gliding.tools.knowledge import MAX_CHARS
+from gliding.tools.readback import KNOWLEDGE_LABEL, SESSION_LABEL
+
+PREFIX = f"PREFIX gl: <{NS}>\n"
+J1, J2 = "gliding://job/j1", "gliding://job/j2"
+TOOLS = ToolGroupManager(builtin_groups()).toolset(["knowledge", "memory"])
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def knowledge() -> Iterator[KnowledgeMemory]:
+    board = OxigraphBlackboard.in_memory(max_limit=1000)
+    memory = KnowledgeMemory(board, TokenCounter().count)
+    memory.board.put({"@id": J1, "@type": "Job",
+                      "name": "Record the staging database port in notes.txt"}, graph=J1)
+    memory.board.put({"@id": f"{J1}/fact/1", "@type": "Fact", "partOf": J1,
+                      "text": "the staging database listens on port 5433"}, graph=J1)
+    memory.board.put({"@id": J2, "@type": "Job", "name": "Rename the cache module"}, graph=J2)
+    memory.board.put({"@id": f"{J2}/fact/1", "@type": "Fact", "partOf": J2,
+                      "text": "the cache module is called store.py"}, graph=J2)
+    yield memory
+    board.close()
+
+
+def context(tmp_path: Path, memory: KnowledgeMemory | None, **extra: Any) -> ToolContext:
+    wired: dict[str, Any] = {}
+    if memory is not None:
+        wired = {"kg_search": lambda query, k=8: memory.search(query, k=k),
+                 "knowledge_query": lambda sparql: memory.query(sparql, timeout_s=10.0),
+                 "knowledge_recall": lambda query: memory.recall(query, 600).text}
+    return ToolContext(tmp_path, ToolSettings(), {**wired, **extra})
+
+
+async def use(ctx: ToolContext, tool: str, **arguments: Any) -> ToolOutcome:
+    return await TOOLS.call(tool, arguments, ctx)
+
+
+# --- kg_search ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_kg_search_lists_the_best_nodes_one_line_each(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    out = await use(context(tmp_path, knowledge), "kg_search", query="staging database port")
+    assert out.ok, out.output
+    lines = out.output.splitlines()
+    assert f"Fact {J1}/fact/1: the staging database listens on port 5433" in lines
+    assert f"Job {J1}: Record the staging database port in notes.txt" in lines[:2]
+    assert all(line.split(" ", 1)[0] in ("Fact", "Job") and "gliding://job/" in line
+               for line in lines)
+
+
+@pytest.mark.anyio
+async def test_kg_search_k_bounds_the_hits_and_must_be_positive(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    ctx = context(tmp_path, knowledge)
+    one = await use(ctx, "kg_search", query="staging database port", k=1)
+    assert one.ok and len(one.output.splitlines()) == 1
+    bad = await use(ctx, "kg_search", query="port", k=0)
+    assert not bad.ok and bad.output.startswith("error: kg_search: k must be at least 1")
+
+
+@pytest.mark.anyio
+async def test_kg_search_with_nothing_matching_says_so(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    out = await use(context(tmp_path, knowledge), "kg_search", query="zebra quokka")
+    assert out.ok and out.output == "nothing found for 'zebra quokka'"
+
+
+@pytest.mark.anyio
+async def test_without_a_blackboard_the_tools_say_they_are_unavailable(tmp_path: Path) -> None:
+    ctx = context(tmp_path, None)
+    for tool, args in (("kg_search", {"query": "x"}), ("knowledge_query", {"sparql": "ASK {}"}),
+                       ("recall", {"query": "x"})):
+        out = await use(ctx, tool, **args)
+        assert not out.ok and "not available in this session" in out.output, out
+
+
+# --- knowledge_query ---------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_knowledge_query_reads_every_jobs_graph_as_var_value_lines(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    sparql = PREFIX + ("SELECT ?g ?s ?text WHERE { GRAPH ?g { ?s a gl:Fact ; gl:text ?text } } "
+                       "ORDER BY ?g")
+    out = await use(context(tmp_path, knowledge), "knowledge_query", sparql=sparql)
+    assert out.ok, out.output
+    assert out.output.splitlines() == [
+        f'g={J1} s={J1}/fact/1 text="the staging database listens on port 5433"',
+        f'g={J2} s={J2}/fact/1 text="the cache module is called store.py"',
+    ]
+
+
+@pytest.mark.anyio
+async def test_knowledge_query_renders_numbers_booleans_and_typed_literals(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    sparql = ('PREFIX xsd: <http://www.w3.org/2001/XMLSchema#>\nSELECT ?n ?b ?d ?l ?missing '
+              'WHERE { BIND(3 AS ?n) BIND(true AS ?b) '
+              'BIND("2024-01-02T03:04:05Z"^^xsd:dateTime AS ?d) BIND("hi"@en AS ?l) }')
+    ctx = context(tmp_path, knowledge)
+    out = await use(ctx, "knowledge_query", sparql=sparql)
+    assert out.ok and out.output == 'n=3 b=true d="2024-01-02T03:04:05Z" l="hi"@en'
+    ask = await use(ctx, "knowledge_query",
+                    sparql=PREFIX + f"ASK {{ GRAPH <{J2}> {{ ?s a gl:Job }} }}")
+    assert ask.ok and ask.output == "boolean=true"
+
+
+@pytest.mark.anyio
+async def test_no_rows_outside_graph_points_at_the_named_graphs(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    out = await use(context(tmp_path, knowledge), "knowledge_query",
+                    sparql="SELECT ?s WHERE { ?s ?p ?o }")
+    assert out.ok and out.output.startswith("no rows") and "GRAPH ?g" in out.output
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("sparql", "word"), [
+    (PREFIX + f'INSERT DATA {{ GRAPH <{J1}> {{ <{J1}/x> gl:text "forged" }} }}', "INSERT"),
+    (PREFIX + "DELETE WHERE { GRAPH ?g { ?s ?p ?o } }", "DELETE"),
+    ("SELECT * WHERE { SERVICE <http://example.org/sparql> { ?s ?p ?o } }", "SERVICE"),
+    ("DROP ALL", "DROP"),
+    ("SELECT * WHERE { ?s ?p ?o } ; CLEAR ALL", "CLEAR"),
+])
+async def test_updates_and_service_are_refused_and_change_nothing(
+        tmp_path: Path, knowledge: KnowledgeMemory, sparql: str, word: str) -> None:
+    before = knowledge.store.count()
+    out = await use(context(tmp_path, knowledge), "knowledge_query", sparql=sparql)
+    assert not out.ok
+    assert out.output.startswith(f"error: refused: {word} is not allowed"), out.output
+    assert "hint: " in out.output
+    assert knowledge.store.count() == before
+
+
+@pytest.mark.anyio
+async def test_a_query_that_does_not_parse_is_an_error_the_model_can_read(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    ctx = context(tmp_path, knowledge)
+    broken = await use(ctx, "knowledge_query", sparql="SELECT ?s WHERE { ?s ")
+    assert not broken.ok and broken.output.startswith("error: the query does not parse")
+    unknown = await use(ctx, "knowledge_query", sparql="SELECT ?s WHERE { ?s a nope:X }")
+    assert not unknown.ok and unknown.output.startswith("error: the query does not parse")
+    update = await use(ctx, "knowledge_query", sparql="hello there")
+    assert not update.ok and "not a read-only query" in update.output
+
+
+@pytest.mark.anyio
+async def test_a_huge_result_is_bounded_with_a_count_of_the_rest(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    for i in range(400):
+        knowledge.board.put({"@id": f"{J1}/fact/n{i}", "@type": "Fact", "partOf": J1,
+                             "text": f"note {i}: " + "padding words " * 30}, graph=J1)
+    sparql = PREFIX + "SELECT ?s ?text WHERE { GRAPH ?g { ?s gl:text ?text } }"
+    out = await use(context(tmp_path, knowledge), "knowledge_query", sparql=sparql)
+    assert out.ok
+    assert len(out.output) <= MAX_CHARS
+    lines = out.output.splitlines()
+    shown = len(lines) - 1
+    assert lines[-1] == f"[{402 - shown} more rows]"
+    assert all(len(line) <= 600 for line in lines)
+    hits = await use(context(tmp_path, knowledge), "kg_search", query="padding note", k=50)
+    assert hits.ok and len(hits.output) <= MAX_CHARS
+
+
+@pytest.mark.anyio
+async def test_store_failures_and_timeouts_come_back_as_errors_with_their_hint(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    def slow(sparql: str) -> list[dict[str, Any]]:
+        raise QueryTimeout("the query ran past 10.0 s", hint="narrow the query")
+
+    out = await use(context(tmp_path, knowledge, knowledge_query=slow), "knowledge_query",
+                    sparql="SELECT * WHERE { ?s ?p ?o }")
+    assert not out.ok and out.output == ("error: the query ran past 10.0 s\n"
+                                         "  hint: narrow the query")
+    knowledge.store.close()
+    closed = await use(context(tmp_path, knowledge), "knowledge_query",
+                       sparql="SELECT * WHERE { ?s ?p ?o }")
+    assert not closed.ok and "is closed" in closed.output
+
+
+# --- recall: the session and long-term memory --------------------------------------------------
+
+
+def session(found: str) -> Callable[[str], str]:
+    return lambda query: found or f"no earlier turn matches {query!r}"
+
+
+@pytest.mark.anyio
+async def test_recall_answers_from_the_session_and_from_long_term_memory(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    turn = "#2 DA: read config.yaml; the port is set there <gliding://job/j3/turn/DA/2>"
+    ctx = context(tmp_path, knowledge, recall=session(turn))
+    out = await use(ctx, "recall", query="staging database port")
+    assert out.ok
+    first, second = out.output.split("\n\n")
+    assert first == f"{SESSION_LABEL}\n{turn}"
+    assert second.startswith(f"{KNOWLEDGE_LABEL}\n")
+    assert "the staging database listens on port 5433" in second
+
+
+@pytest.mark.anyio
+async def test_recall_leaves_out_an_empty_section(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    only_knowledge = await use(context(tmp_path, knowledge, recall=session("")), "recall",
+                               query="staging database port")
+    assert only_knowledge.ok and only_knowledge.output.startswith(KNOWLEDGE_LABEL)
+    assert SESSION_LABEL not in only_knowledge.output
+    only_session = await use(context(tmp_path, None, recall=session("#1 PA: planned")),
+                             "recall", query="plan")
+    assert only_session.ok and only_session.output == f"{SESSION_LABEL}\n#1 PA: planned"
+    with OxigraphBlackboard.in_memory() as board:
+        empty = KnowledgeMemory(board, TokenCounter().count)
+        nothing = await use(context(tmp_path, empty, recall=session("")), "recall",
+                            query="zebra")
+    assert nothing.ok and nothing.output == "nothing found for 'zebra'"
+
+
+@pytest.mark.anyio
+async def test_recall_keeps_the_session_when_long_term_memory_fails(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    knowledge.store.close()  # recall's graph step now fails on the closed store
+    kept = await use(context(tmp_path, knowledge, recall=session("#1 PA: planned the port")),
+                     "recall", query="staging database port")
+    assert kept.ok and kept.output.startswith(f"{SESSION_LABEL}\n#1 PA: planned the port")
+    assert kept.output.splitlines()[-1].startswith("[long-term memory failed: ")
+    alone = await use(context(tmp_path, knowledge), "recall", query="staging database port")
+    assert not alone.ok and alone.output.startswith("error: long-term memory failed: ")
