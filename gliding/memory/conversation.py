@@ -18,6 +18,7 @@ Person. Everything here is pure but for ``ConversationIngestor``, which only cal
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +28,12 @@ from urllib.parse import quote
 
 from gliding.memory.ingest import Ingestor
 
-ENTITY = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-zA-Z'’]+(?:\s[A-Z][a-zA-Z'’]+)*)")
+WORD = re.compile(r"[^\W\d_][\w'’]+")  # two or more characters, a letter first, any script
 NOT_NAMES = frozenset({"I", "I'm", "I've", "I'll", "I'd", "Im", "OK", "Ok", "Oh", "Hey", "Hi",
                        "Wow", "Yeah", "Yes", "No", "Thanks", "Thank"})
 MAX_ENTITIES = 12  # per turn
+MAX_NAME_WORDS = 6  # a longer run of capitalised words is cut into names of this length
+MAX_SEGMENT_CHARS = 512  # a longer IRI segment (after percent-encoding) is replaced by a hash
 DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B, %Y", "%d %B %Y")
 
 
@@ -76,16 +79,44 @@ def parse_date(text: object) -> date | None:
 
 
 def named_entities(text: str, *, limit: int = MAX_ENTITIES) -> list[str]:
-    """The capitalised names in ``text`` that do not open a sentence, in order, each once."""
+    """The capitalised names in ``text`` (words of any script, runs of capitalised words joined,
+    at most ``MAX_NAME_WORDS`` a name) that do not open a sentence, in order, each once."""
     out: dict[str, str] = {}
-    for match in ENTITY.finditer(text):
-        name = match.group(1).strip("'’")
-        if name in NOT_NAMES or len(name) < 2:
-            continue
-        out.setdefault(name.lower(), name)
+    run: list[str] = []
+    run_end = -1
+
+    def close() -> None:
+        for start in range(0, len(run), MAX_NAME_WORDS):
+            name = " ".join(run[start:start + MAX_NAME_WORDS])
+            if name not in NOT_NAMES and len(name) >= 2:
+                out.setdefault(entity_key(name), name)
+        run.clear()
+
+    for match in WORD.finditer(text):
+        word = match.group(0).strip("'’")
+        before = text[:match.start()].rstrip()
+        opens = not before or before[-1] in ".!?"
+        capital = word[:1].isupper() and word not in NOT_NAMES
+        if run and capital and text[run_end:match.start()] == " ":
+            run.append(word)
+        else:
+            close()
+            if capital and not opens:
+                run.append(word)
+        run_end = match.end()
         if len(out) >= limit:
             break
-    return list(out.values())
+    close()
+    return list(out.values())[:limit]
+
+
+def segment(text: str) -> str:
+    """``text`` percent-encoded as one IRI segment; past ``MAX_SEGMENT_CHARS``, a hash of it
+    (the node keeps the whole text in its properties)."""
+    quoted = quote(text, safe="")
+    if len(quoted) <= MAX_SEGMENT_CHARS:
+        return quoted
+    return "sha256-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
 
 
 def entity_key(name: str) -> str:
@@ -107,13 +138,13 @@ class ConversationIngestor:
         key = name.lower()
         iri = self._people.get(key)
         if iri is None:
-            iri = self.ingestor.put({"@id": f"{self.base}/person/{quote(name, safe='')}",
+            iri = self.ingestor.put({"@id": f"{self.base}/person/{segment(name)}",
                                      "@type": "Person", "name": name})
             self._people[key] = iri
         return iri
 
     def entity(self, name: str) -> str:
-        iri = f"{self.base}/entity/{quote(entity_key(name), safe='')}"
+        iri = f"{self.base}/entity/{segment(entity_key(name))}"
         if iri not in self._entities:
             self.ingestor.put({"@id": iri, "@type": "Entity", "name": name})
             self._entities.add(iri)
@@ -132,10 +163,17 @@ class ConversationIngestor:
         if when is not None:
             stamp["createdAt"] = when.isoformat()
         out = []
-        with self.ingestor.batch():  # one L0 transaction per session
-            self.ingestor.put({**event, **stamp})
-            for position, turn in enumerate(session.turns, 1):
-                out.append(self._turn(turn, position, event_iri, stamp))
+        saved = dict(self._people), set(self._entities), dict(self.turn_iris)
+        try:
+            with self.ingestor.batch():  # one L0 transaction per session
+                self.ingestor.put({**event, **stamp})
+                for speaker in dict.fromkeys(t.speaker for t in session.turns if t.speaker):
+                    self.person(speaker)  # before the turns, so naming them mentions the Person
+                for position, turn in enumerate(session.turns, 1):
+                    out.append(self._turn(turn, position, event_iri, stamp))
+        except BaseException:  # the batch wrote nothing: forget what it would have written
+            self._people, self._entities, self.turn_iris = saved
+            raise
         return out
 
     def _turn(self, turn: Utterance, position: int, session_iri: str,
@@ -145,7 +183,7 @@ class ConversationIngestor:
                     if name.lower() not in self._people]
         mentions += [iri for key, iri in self._people.items()
                      if iri != speaker and re.search(rf"\b{re.escape(key)}\b", turn.text.lower())]
-        iri = f"{self.base}/turn/{quote(turn.speaker or '-', safe='')}/{quote(turn.id, safe='')}"
+        iri = f"{self.base}/turn/{segment(turn.speaker or '-')}/{segment(turn.id)}"
         node: dict[str, Any] = {"@id": iri, "@type": "Turn", "role": turn.speaker or "-",
                                 "name": turn.id, "text": turn.text, "partOf": session_iri,
                                 "position": position, **stamp}

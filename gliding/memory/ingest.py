@@ -113,6 +113,7 @@ class Ingestor:
             yield self
             return
         self._queue, self._undo = [], {}
+        entities = dict(self._entities)
         try:
             with self.archive.batch():
                 yield self
@@ -122,6 +123,7 @@ class Ingestor:
                     self._revisions.pop(iri, None)
                 else:
                     self._revisions[iri] = previous
+            self._entities = entities
             self._queue = None
             raise
         queued, self._queue = self._queue, None

@@ -137,16 +137,30 @@ class KnowledgeMemory:
         types = ", ".join(f"gl:{t}" for t in sorted(RECALLED_TYPES))
         keys = ", ".join(f"gl:{k}" for k in _LOADED)
         page = int(getattr(self.store, "max_limit", 1000))
-        rows: list[dict[str, Value]] = []
-        while len(rows) < max_nodes * len(_LOADED):  # the store caps every LIMIT: read pages
-            got = self.store.query(_LOAD.format(types=types, keys=keys)
-                                   + f" ORDER BY ?g ?s ?p LIMIT {page} OFFSET {len(rows)}",
-                                   timeout_s=60.0)
-            rows += got
-            if len(got) < page:
-                break
         wanted = set(graphs) if graphs is not None else None
         nodes: dict[tuple[str, str], dict[str, Any]] = {}
+        offset = 0
+        while len(nodes) <= max_nodes:  # the store caps every LIMIT: read pages
+            rows = self.store.query(_LOAD.format(types=types, keys=keys)
+                                    + f" ORDER BY ?g ?s ?p LIMIT {page} OFFSET {offset}",
+                                    timeout_s=60.0)
+            offset += len(rows)
+            self._collect(rows, wanted, nodes)
+            if len(rows) < page:
+                break
+        # the first max_nodes nodes (a node cut by the last page is dropped), in the order
+        # they were written: job, session (by date, then name), position — the neighbour step
+        # relies on it
+        kept = sorted(list(nodes.items())[:max_nodes], key=_written_order)
+        before = len(self)
+        for (graph, _iri), node in kept:
+            self.observe(node, graph)
+        self.flush()
+        return len(self) - before
+
+    @staticmethod
+    def _collect(rows: list[dict[str, Value]], wanted: set[str] | None,
+                 nodes: dict[tuple[str, str], dict[str, Any]]) -> None:
         for row in rows:
             g, subject, kind, p = row.get("g"), row.get("s"), row.get("type"), row.get("p")
             if not (isinstance(g, Ref) and isinstance(subject, Ref) and isinstance(kind, Ref)
@@ -156,11 +170,6 @@ class KnowledgeMemory:
                 "@id": subject.iri, "@type": kind.iri.rsplit("#", 1)[-1]})
             value = row.get("o")
             node[p.iri.rsplit("#", 1)[-1]] = value.iri if isinstance(value, Ref) else value
-        before = len(self)
-        for (graph, _iri), node in nodes.items():
-            self.observe(node, graph)
-        self.flush()
-        return len(self) - before
 
     def _item(self, node: Mapping[str, Any]) -> MemoryItem | None:
         texts = [str(node[k]) for k in TEXT_KEYS if isinstance(node.get(k), str) and node[k]]
@@ -280,6 +289,18 @@ class IndexingBlackboard:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _natural(text: str) -> tuple[Any, ...]:
+    """``session/10`` after ``session/9``: digit runs compare as numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def _written_order(entry: tuple[tuple[str, str], dict[str, Any]]) -> tuple[Any, ...]:
+    (graph, iri), node = entry
+    position = node.get("position")
+    return (graph, str(node.get("createdAt") or ""), _natural(str(node.get("partOf") or "")),
+            position if isinstance(position, int) else 0, _natural(iri))
 
 
 def _node_date(node: Mapping[str, Any]) -> date | None:

@@ -169,9 +169,6 @@ def test_a_rolled_back_block_indexes_nothing_for_recall(tmp_path: Path) -> None:
         assert memory.recall("zebra", 100).ids == (f"{GRAPH}/fact/0",)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Ingestor._entities (the merge cache of entity "
-                   "nodes) is not rolled back with the batch, so what a rolled-back block saw "
-                   "(here: symbol go at line 2) is merged into the entity written later")
 def test_entities_seen_only_in_a_rolled_back_block_do_not_leak_into_later_writes(
         tmp_path: Path) -> None:
     board = OxigraphBlackboard.in_memory()

@@ -390,9 +390,6 @@ def test_load_after_live_ingest_adds_nothing() -> None:
     assert km.load() == 0 and len(km) == 3
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: load(max_nodes=N) caps rows, not nodes, and only "
-                   "between pages: a store smaller than one page (max_limit rows) is read "
-                   "whole, so max_nodes=2 indexes all 10 nodes")
 def test_load_reads_at_most_max_nodes() -> None:
     board = OxigraphBlackboard.in_memory()
     for k in range(10):
@@ -400,11 +397,6 @@ def test_load_reads_at_most_max_nodes() -> None:
     assert memory(board).load(max_nodes=2) <= 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: load() adds items in IRI order (ORDER BY ?g ?s), "
-                   "e.g. all of one speaker's turns before the other's, but the neighbour "
-                   "step spreads score to adjacent rows, so after load() a hit lifts the "
-                   "same speaker's other turns instead of the turns around it; scores differ "
-                   "from the live index of the same conversation")
 def test_a_loaded_memory_scores_like_the_live_one(tmp_path: Path) -> None:
     board = OxigraphBlackboard.in_memory()
     live = memory(board)
