@@ -23,7 +23,6 @@ Targets: write p50 <= 2 ms and projection p50 <= 15 ms at 1M triples.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import sys
@@ -204,10 +203,9 @@ def main() -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="gliding-bench-bb-") as tmp:
             result = run(Path(tmp) / "store", args.triples, args.samples, args.seed)
-    text = json.dumps(result)
-    if args.out is not None:
-        args.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    from gliding.bench.stats import emit
+
+    emit(result, args.out, indent=None)
     return 0
 
 

@@ -64,10 +64,9 @@ def main() -> int:
         "median_wall_s": statistics.median(walls) if walls else None,
         "per_run": runs,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    from gliding.bench.stats import emit
+
+    emit(result, args.out)
     return 0
 
 

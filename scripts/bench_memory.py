@@ -14,7 +14,6 @@ gliding/bench/memory.py for the exact rules.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -43,10 +42,9 @@ def main() -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    text = json.dumps(result, indent=2)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    from gliding.bench.stats import emit
+
+    emit(result, args.out)
     return 0
 
 

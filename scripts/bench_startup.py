@@ -9,7 +9,6 @@ Prints JSON: {"command", "runs", "median_s", "min_s", "max_s", "samples_s", "tar
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import subprocess
@@ -45,10 +44,9 @@ def main() -> int:
         "target_s": TARGET_S,
         "met": median < TARGET_S,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    from gliding.bench.stats import emit
+
+    emit(result, args.out)
     return 0
 
 

@@ -196,10 +196,9 @@ def main() -> int:
         if unknown:
             parser.error(f"unknown backends {unknown}; known: {', '.join(BACKENDS)}")
     result = run(args, sizes, backends)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    from gliding.bench.stats import emit
+
+    emit(result, args.out)
     return 0
 
 

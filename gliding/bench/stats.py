@@ -1,8 +1,10 @@
-"""Small statistics the benchmarks share."""
+"""Small statistics and output helpers the benchmarks share."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -13,3 +15,11 @@ def percentile(values: Sequence[float], q: float) -> float:
     k = (len(ordered) - 1) * q / 100
     lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def emit(result: object, out: Path | None, *, indent: int | None = 2) -> None:
+    """Print a benchmark's JSON result and, with ``out``, write it there too."""
+    text = json.dumps(result, indent=indent)
+    if out is not None:
+        out.write_text(text + "\n", encoding="utf-8")
+    print(text)

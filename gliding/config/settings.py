@@ -86,15 +86,19 @@ class ContextSettings(_Section):
     summaries: SummarySettings = SummarySettings()
 
 
+def _http_url(value: str | None, example: str) -> str | None:
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise ValueError(f"must be an http:// or https:// URL, e.g. {example}")
+    return value
+
+
 class BlackboardSettings(_Section):
     url: str | None = None  # base URL of a SPARQL endpoint (oxigraph serve); None = embedded
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:7878")
-        return value
+    def _url(cls, value: str | None) -> str | None:
+        return _http_url(value, "http://127.0.0.1:7878")
 
 
 class VectorSettings(_Section):
@@ -106,10 +110,8 @@ class VectorSettings(_Section):
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:6333")
-        return value
+    def _url(cls, value: str | None) -> str | None:
+        return _http_url(value, "http://127.0.0.1:6333")
 
 
 class MemoryRecallSettings(_Section):

@@ -8,18 +8,13 @@ answers, empty it before each test and stop it at the end.
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
 from gliding.memory.blackboard import BlackboardError, QueryTimeout
+from gliding.testing.servers import OXIGRAPH, free_port, oxigraph_serve, post
 from tests.memory.blackboard_contract import (
     CONTRACT_MAX_LIMIT,
     G1,
@@ -27,73 +22,27 @@ from tests.memory.blackboard_contract import (
     step,
 )
 
-OXIGRAPH = Path(sys.executable).parent / "oxigraph"
-START_TIMEOUT_S = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _post(url: str, body: str, content_type: str) -> None:
-    request = urllib.request.Request(
-        url, data=body.encode(), method="POST", headers={"Content-Type": content_type}
-    )
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=2) as response:
-        response.read()
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not OXIGRAPH.exists():
         pytest.skip(f"no oxigraph binary at {OXIGRAPH} (pip install oxigraph)")
     location = tmp_path_factory.mktemp("oxigraph")
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = (location.parent / f"{location.name}.log").open("wb")
-    process = subprocess.Popen(
-        [str(OXIGRAPH), "serve", "--location", str(location), "--bind", f"127.0.0.1:{port}"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                _post(f"{base}/query", "ASK { ?s ?p ?o }", "application/sparql-query")
-                break
-            except (urllib.error.URLError, ConnectionError):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"oxigraph serve did not start on port {port} (exit {process.poll()}); "
-                        f"see {log.name}"
-                    ) from None
-                time.sleep(0.05)
+    with oxigraph_serve(location, log=location.parent / f"{location.name}.log") as base:
         yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 class TestSparqlEndpoint(BlackboardContract):
     @pytest.fixture
     def board(self, server: str) -> Iterator[SparqlEndpointBlackboard]:
-        _post(f"{server}/update", "DROP ALL", "application/sparql-update")
+        post(f"{server}/update", "DROP ALL", "application/sparql-update")
         board = SparqlEndpointBlackboard.for_oxigraph(server, max_limit=CONTRACT_MAX_LIMIT)
         yield board
         board.close()
 
 
 def test_an_unreachable_endpoint_is_a_clear_error() -> None:
-    board = SparqlEndpointBlackboard.for_oxigraph(f"http://127.0.0.1:{_free_port()}")
+    board = SparqlEndpointBlackboard.for_oxigraph(f"http://127.0.0.1:{free_port()}")
     with pytest.raises(BlackboardError) as caught:
         board.put(step(1), graph=G1)
     assert "cannot reach" in str(caught.value)
@@ -120,10 +69,10 @@ def test_only_http_endpoints_are_accepted(url: str) -> None:
 
 
 def test_triples_put_did_not_write_make_get_fail_clearly(server: str) -> None:
-    _post(f"{server}/update", "DROP ALL", "application/sparql-update")
+    post(f"{server}/update", "DROP ALL", "application/sparql-update")
     board = SparqlEndpointBlackboard.for_oxigraph(server)
     board.put(step(1), graph=G1)
-    _post(
+    post(
         f"{server}/update",
         f'INSERT DATA {{ GRAPH <{G1}> {{ <{step(1)["@id"]}> <http://example.org/c> "red" }} }}',
         "application/sparql-update",

@@ -6,13 +6,10 @@ through a shared rare entity recalled at a small budget."""
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from gliding.context.tokens import TokenCounter
@@ -27,32 +24,18 @@ from gliding.memory.knowledge import (
     KnowledgeHit,
     KnowledgeMemory,
 )
-from gliding.memory.lexical import tokenize
 from gliding.memory.recall import MemoryItem, RecallSettings
 from gliding.memory.vectors import ExactVectorIndex
 from gliding.memory.vocabulary import VocabularyError
+from gliding.testing import embedder as fakes
 
 COUNT = TokenCounter().count
 G = "gliding://job/kg1"
 G2 = "gliding://job/kg2"
 
 
-class HashEmbedder:
-    """A deterministic bag-of-words embedder that records every batch it embeds."""
-
+class HashEmbedder(fakes.HashEmbedder):
     dim = 32
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls.append(list(texts))
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for term in tokenize(text):
-                out[row, int(hashlib.md5(term.encode()).hexdigest(), 16) % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1.0, norms)
 
 
 def memory(board: OxigraphBlackboard | None = None, **options: Any) -> KnowledgeMemory:

@@ -3,7 +3,6 @@ benchmark end to end on a tiny synthetic file (never the real data)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import date
 from pathlib import Path
@@ -17,7 +16,6 @@ from gliding.bench.memory import gold_ids, parse_range, run_memory_bench
 from gliding.context.tokens import TokenCounter
 from gliding.errors import UsageError
 from gliding.memory.conversation import parse_date as parse_session_date
-from gliding.memory.lexical import tokenize
 from gliding.memory.recall import (
     HybridRecall,
     MemoryItem,
@@ -30,22 +28,9 @@ from gliding.memory.recall import (
     rrf,
     spread_to_neighbours,
 )
+from gliding.testing.embedder import HashEmbedder
 
 COUNTER = TokenCounter()
-
-
-class HashEmbedder:
-    """A deterministic bag-of-words embedder: shared terms make texts similar."""
-
-    dim = 64
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for term in tokenize(text):
-                out[row, int(hashlib.md5(term.encode()).hexdigest(), 16) % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1.0, norms)
 
 
 # --- packing ----------------------------------------------------------------------------------

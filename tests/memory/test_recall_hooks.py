@@ -6,7 +6,6 @@ again. Embeddings come from a deterministic bag-of-words fake."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import date
 
@@ -16,33 +15,11 @@ import pytest
 from gliding.context.tokens import TokenCounter
 from gliding.memory import recall as recall_module
 from gliding.memory.backends.qdrant_vectors import QdrantVectorIndex
-from gliding.memory.lexical import tokenize
 from gliding.memory.recall import HybridRecall, MemoryItem, RecallSettings, format_line
 from gliding.memory.vectors import ExactVectorIndex, VectorStoreError
+from gliding.testing.embedder import HashEmbedder
 
 COUNTER = TokenCounter()
-
-
-class HashEmbedder:
-    """A deterministic bag-of-words embedder that counts what it is asked to embed."""
-
-    dim = 64
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls.append(list(texts))
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for term in tokenize(text):
-                out[row, int(hashlib.md5(term.encode()).hexdigest(), 16) % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1.0, norms)
-
-    @property
-    def embedded(self) -> list[str]:
-        return [text for call in self.calls for text in call]
 
 
 TEXTS = ["I adopted a beagle puppy named Biscuit.", "What breed is the puppy?",

@@ -9,12 +9,6 @@ embedder; the recall keys through scripted jobs, read back from the job's archiv
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +27,7 @@ from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
 from gliding.memory.knowledge import KnowledgeMemory
 from gliding.memory.vectors import ExactVectorIndex, VectorIndex
 from gliding.testing import call
+from gliding.testing.servers import OXIGRAPH, free_port, oxigraph_serve
 from gliding.tools.readback import KNOWLEDGE_LABEL
 from tests.settings_effects.effects_support import (
     run_scripted,
@@ -42,7 +37,6 @@ from tests.settings_effects.effects_support import (
 )
 
 DEFAULTS = Settings().memory
-OXIGRAPH = Path(sys.executable).parent / "oxigraph"
 BRIEFING = "Blackboard (what the team recorded so far)"
 GRAPH = "gliding://job/earlier-1"
 HELLO_TASK = ('goal: Create the file hello.txt containing exactly the text "Hello, World!"\n'
@@ -58,49 +52,13 @@ def tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _answers(base: str) -> bool:
-    request = urllib.request.Request(f"{base}/query", data=b"ASK { ?s ?p ?o }", method="POST",
-                                     headers={"Content-Type": "application/sparql-query"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=2) as response:
-            response.read()
-    except (urllib.error.URLError, ConnectionError):
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``oxigraph serve`` on a free loopback port, its data in a temporary directory."""
     if not OXIGRAPH.exists():
         pytest.skip(f"no oxigraph binary at {OXIGRAPH} (pip install oxigraph)")
-    location = tmp_path_factory.mktemp("oxigraph-serve")
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [str(OXIGRAPH), "serve", "--location", str(location), "--bind", f"127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20.0
-        while not _answers(base):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"oxigraph serve did not start on port {port}")
-            time.sleep(0.05)
+    with oxigraph_serve(tmp_path_factory.mktemp("oxigraph-serve")) as base:
         yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def seed(board: Any, n: int = 40) -> None:
@@ -189,7 +147,7 @@ def test_vectors_enabled_loads_the_packaged_embedder_at_the_first_recall_in_the_
 
 
 def test_vectors_url_unreachable_logs_and_falls_back_to_the_exact_index(tmp: Path) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     settings = settings_from(tmp, {"GLIDING_MEMORY__VECTORS__URL": url,
                                    "GLIDING_MEMORY__VECTORS__PRECISION": "int8"})
     knowledge = knowledge_for(settings)
