@@ -175,7 +175,10 @@ class KnowledgeMemory:
         texts = [str(node[k]) for k in TEXT_KEYS if isinstance(node.get(k), str) and node[k]]
         if node.get("@type") == "Turn" and "text" in node:
             texts = [str(node["text"])]  # a turn's name is its id, not content
-        text = " | ".join(dict.fromkeys(texts))
+        text = ""
+        for part in dict.fromkeys(texts):  # a tool's name is usually in its summary already
+            if part not in text:
+                text = f"{text} | {part}" if text else part
         if not text.strip():
             return None
         iri = str(node["@id"])
@@ -218,6 +221,24 @@ class KnowledgeMemory:
         if touch and when is not None:
             self.index.touch(packed.ids, when)
         return packed
+
+    def brief(self, query: str, budget: int, *, exclude_graphs: Iterable[str] = (),
+              min_shared_terms: int = 2) -> Packed:
+        """What long-term memory holds about ``query`` for a prompt, unasked: hybrid recall
+        over items outside ``exclude_graphs`` (e.g. the running job) that share at least
+        ``min_shared_terms`` terms with the query, within ``budget`` tokens. It never loads
+        the embedding model (it uses it once a recall has)."""
+        self.flush()
+        if not self.index.items or budget <= 0:
+            return Packed("", (), 0)
+        excluded = set(exclude_graphs)
+        wanted = set(self.index.lexical.terms(query))
+        scores = self.index.scores(query)
+        rows = [row for row in self.index.rank(scores)
+                if self._graph_of.get(self.index.items[row].id) not in excluded
+                and len(wanted & set(self.index.lexical.terms(self.index.items[row].text)))
+                >= min_shared_terms]
+        return self.index.pack_rows(rows, budget)
 
     def related(self, hits: Sequence[str], query: str) -> dict[str, float]:
         """Items sharing a rare entity or person with ``hits`` (graph expansion): item IRI →

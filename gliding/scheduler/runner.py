@@ -363,19 +363,30 @@ class JobRunner:
 
     # ---- bookkeeping ------------------------------------------------------------------
     def _briefing(self, role: str) -> str:
-        """The role's L3 view of the blackboard, or "" (no board, nothing yet, or it failed)."""
-        if self.projector is None:
+        """The role's L3 view of the blackboard, and for PA what earlier jobs recorded about
+        the goal; "" when there is nothing (no board, nothing yet, or it failed)."""
+        budget = self.settings.memory.recall.briefing_tokens
+        if self.projector is None or budget <= 0:
             return ""
+        graph = f"gliding://job/{self.spec.job}"
+        parts = []
         try:
-            budget = self.settings.memory.recall.briefing_tokens
-            if budget <= 0:
-                return ""
-            text = self.projector.briefing(role, f"gliding://job/{self.spec.job}", budget)
+            text = self.projector.briefing(role, graph, budget)
+            if text:
+                parts.append(f"Blackboard (what the team recorded so far):\n{text}")
         except GlidingError as exc:
             log.warning("blackboard.projection.failed", job=self.spec.job, role=role,
                         error=exc.message)
-            return ""
-        return f"Blackboard (what the team recorded so far):\n{text}" if text else ""
+        if role == "PA" and self.knowledge is not None:
+            try:
+                earlier = self.knowledge.brief(self.spec.goal, budget // 2,
+                                               exclude_graphs=[graph])
+            except GlidingError as exc:
+                log.warning("knowledge.brief.failed", job=self.spec.job, error=exc.message)
+            else:
+                if earlier.text:
+                    parts.append(f"Earlier jobs (long-term memory):\n{earlier.text}")
+        return "\n\n".join(parts)
 
     def _ingest(self, what: str, *args: Any) -> None:
         """Write to the blackboard (L2) if there is one; its failure never stops the job."""

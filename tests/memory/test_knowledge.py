@@ -139,7 +139,7 @@ def test_item_text_joins_the_content_keys_once_and_a_turn_s_name_is_not_content(
                   "summary": "grep ok", "path": "grep"}, graph=G)
     assert item(km, f"{G}/turn/A/1").text == "the real words"
     assert item(km, f"{G}/turn/A/2").text == "only a summary"
-    assert item(km, f"{G}/result/1").text == "grep ok | grep"  # the same text once
+    assert item(km, f"{G}/result/1").text == "grep ok"  # a name already in the summary: once
 
 
 def test_a_node_is_indexed_once_and_keeps_its_first_text() -> None:
@@ -585,3 +585,18 @@ def test_without_graph_expansion_the_detail_is_crowded_out(tmp_path: Path,
     packed = km.recall(QUESTION, BUDGET)
     assert turns["D2:2"] not in packed.ids
     assert turns["D1:1"] in packed.ids and len(packed.ids) >= 4  # the budget went elsewhere
+
+
+def test_brief_leaves_out_the_running_job_and_weak_matches_and_never_loads_vectors() -> None:
+    factory = Factory(HashEmbedder())
+    km = memory(embedder_factory=factory)
+    km.board.put(fact("a", "the staging database listens on port 5433"), graph=G)
+    km.board.put(fact("b", "the staging database was moved to a new host", G2), graph=G2)
+    km.board.put(fact("c", "lunch is at noon", G2), graph=G2)
+    km.board.put(fact("d", "a database backup runs nightly", G2), graph=G2)  # one shared term
+    packed = km.brief("which port does the staging database use", 200, exclude_graphs=[G])
+    assert packed.ids == (f"{G2}/fact/b",)
+    assert COUNT(packed.text) == packed.tokens <= 200
+    assert factory.calls == 0 and km.index.embedder is None
+    assert km.brief("which port does the staging database use", 0).ids == ()
+    assert km.brief("staging database port", 200).ids[:1] == (f"{G}/fact/a",)

@@ -98,3 +98,26 @@ def test_read_result_reads_an_earlier_jobs_result_that_recall_pointed_at(tmp_pat
     assert written.iri in texts[0]  # recall shows the full IRI of another job's result
     assert oks[1] and texts[1] == original  # and it reads back exactly, from that job's archive
     assert not oks[2] and texts[2].startswith("error:")
+
+
+def pa_system_prompt(llm: ScriptedLLM) -> str:
+    request = next(r for r in llm.requests if r.meta.get("role") == "PA")
+    return str(request.messages[0].content)
+
+
+def test_pa_is_briefed_on_what_earlier_jobs_recorded_about_its_goal(tmp_path: Path) -> None:
+    run(tmp_path, task(tmp_path, FIRST_GOAL), ScriptedLLM({"DA": [
+        call("write_file", path="notes.txt", content="staging database: port 5433"),
+        call("finish", summary="recorded the staging database port")]}))
+
+    def planned(goal: str) -> str:
+        llm = ScriptedLLM({"PA": [call("finish", steps=["look it up"])],
+                           "DA": [call("list_dir", path="."), call("finish", summary="done")]})
+        run(tmp_path, task(tmp_path, goal, pipeline=("PA", "DA")), llm)
+        return pa_system_prompt(llm)
+
+    related = planned("Check which port the staging database listens on")
+    assert "Earlier jobs (long-term memory):" in related
+    assert FIRST_GOAL in related
+    unrelated = planned("Draw a picture of a lighthouse")  # shares no two words with it
+    assert "Earlier jobs (long-term memory):" not in unrelated
