@@ -43,7 +43,8 @@ on every line: more lines fit a budget (LoCoMo dev at 1,024 / 2,048 tokens: 0.87
 instead of 0.862 / 0.918, all methods packed the same way).
 
 Tried and dropped (LoCoMo dev, 2,048 tokens): embedding each turn with its neighbour turns
-(0.905–0.917), pseudo-relevance feedback on the query vector or terms (±0.003), other weights
+(0.905–0.917), pseudo-relevance feedback on the query vector or terms (±0.003), a boost for
+the sessions the best hits are in (−0.001 to −0.011), other weights
 for vectors, speakers, importance, time (within ±0.005).
 """
 
