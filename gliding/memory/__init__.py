@@ -27,8 +27,9 @@ This docstring is the one place the levels are listed; modules are named for wha
     recall long-term retrieval over what was written to L2: BM25    lexical.py          built
            (lexical), embeddings (vectors: exact numpy index, or    vectors.py
            Qdrant), hybrid recall (fusion, graph expansion,         recall.py
-           neighbours, time, importance, access) packed into a      knowledge.py
-           token budget; knowledge.py joins it to the blackboard   backends/qdrant_vectors.py
+           neighbours, time, importance, access) packed into a      packing.py
+           token budget;                                            knowledge.py
+           knowledge.py joins it to the blackboard                  backends/qdrant_vectors.py
            (every node put through it is indexed) for the agents'
            recall / kg_search / knowledge_query
 ``archive.py`` is the L0 API (Archive, ArchivedItem, CallRecord, open_for_iri);

@@ -20,7 +20,9 @@ connection is opened with ``check_same_thread=False`` and every operation holds 
 processes may open the same archive; SQLite's locking serialises their writes.
 
 Every sqlite3 and OS error is translated into ArchiveError (``raise ... from``). The tables,
-pragmas and schema version live in ``archive_schema.py``.
+pragmas and schema version live in ``archive_schema.py``. This module is past 600 lines on
+purpose: the guarantees above (append-only, durable puts, batches, verified reads) hold only
+together, in one class over one connection and one lock.
 """
 
 from __future__ import annotations

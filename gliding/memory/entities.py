@@ -134,7 +134,9 @@ def clean_path(text: str) -> str | None:
     """``text`` as a normalised relative workspace path, or None if it is not one."""
     if not isinstance(text, str):
         return None
-    p = text.strip().strip("\"'`")
+    p, before = text, None
+    while p != before:  # quotes and spaces in any order: 'File "' is the path File
+        before, p = p, p.strip().strip("\"'`")
     if (not p or len(p) > MAX_PATH_CHARS or "://" in p or "\\" in p
             or p.startswith(("/", "~")) or _DRIVE.match(p)):
         return None

@@ -207,3 +207,10 @@ def test_any_input_gives_bounded_clean_entities(tool: str, arguments: dict[str, 
         assert error and "\n" not in error and len(error) <= entities.MAX_ERROR_CHARS
     if not ok:
         assert found.errors
+
+
+def test_clean_path_is_idempotent_when_quotes_and_spaces_nest() -> None:
+    # found by the property test above: 'File "' once cleaned to 'File ', which cleans again
+    for text, expected in [('File "', "File"), (' "a b" ', "a b"), ("\"'x'\"", "x")]:
+        assert clean_path(text) == expected
+        assert clean_path(expected) == expected
