@@ -105,7 +105,15 @@ def test_int8_is_quantised_and_still_ranks_like_fp32(reference: np.ndarray) -> N
 
 def test_auto_picks_bf16_exactly_where_the_cpu_has_it() -> None:
     auto = load("auto")
-    assert auto.precision == ("bf16" if cpu_has_bf16() else "fp32")
+    assert auto.precision == ("bf16" if cpu_has_bf16() else "int8")
+
+
+def test_auto_without_native_bf16_quantises_to_int8(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gliding.memory import vectors
+
+    monkeypatch.setattr(vectors, "cpu_has_bf16", lambda: False)
+    auto = load_embedder(precision="auto")
+    assert auto is not None and auto.precision == "int8" and auto.quantized
 
 
 def test_int8_off_the_cpu_falls_back_to_fp32() -> None:
