@@ -58,8 +58,9 @@ _RELATED = _PREFIX + """SELECT ?other (COUNT(DISTINCT ?e) AS ?shared) WHERE {{
 }} GROUP BY ?other"""
 _LOADED = ("text", "summary", "name", "path", "role", "partOf", "position", "createdAt",
            "sessionDate", "importance")
-_LOAD = _PREFIX + """SELECT ?g ?s ?type ?p ?o WHERE {{ GRAPH ?g {{ ?s a ?type . ?s ?p ?o .
+_LOAD = _PREFIX + """SELECT ?s ?type ?p ?o WHERE {{ GRAPH {graph} {{ ?s a ?type . ?s ?p ?o .
   FILTER(?type IN ({types}) && ?p IN ({keys})) }} }}"""
+_GRAPHS = "SELECT DISTINCT ?g WHERE { GRAPH ?g { ?s ?p ?o } }"
 
 
 @dataclass(frozen=True)
@@ -131,42 +132,53 @@ class KnowledgeMemory:
         return len(pending)
 
     def load(self, graphs: Iterable[str] | None = None, *, max_nodes: int = 20_000) -> int:
-        """Index what the blackboard already holds (every graph, or ``graphs``) — the nodes of
-        earlier jobs, so a new job can recall them — with one query; returns how many items
-        were added (at most ``max_nodes`` nodes are read)."""
+        """Index what the blackboard already holds — the nodes of earlier jobs, so a new job
+        can recall them — graph by graph (every graph, newest job first, or ``graphs``) until
+        ``max_nodes`` nodes are read; returns how many items were added."""
         types = ", ".join(f"gl:{t}" for t in sorted(RECALLED_TYPES))
         keys = ", ".join(f"gl:{k}" for k in _LOADED)
-        page = int(getattr(self.store, "max_limit", 1000))
-        wanted = set(graphs) if graphs is not None else None
+        page = int(getattr(self.store, "max_limit", 1000))  # the store caps every LIMIT
         nodes: dict[tuple[str, str], dict[str, Any]] = {}
-        offset = 0
-        while len(nodes) <= max_nodes:  # the store caps every LIMIT: read pages
-            rows = self.store.query(_LOAD.format(types=types, keys=keys)
-                                    + f" ORDER BY ?g ?s ?p LIMIT {page} OFFSET {offset}",
-                                    timeout_s=60.0)
-            offset += len(rows)
-            self._collect(rows, wanted, nodes)
-            if len(rows) < page:
+        for graph in (list(graphs) if graphs is not None else self._graphs(page)):
+            found: dict[tuple[str, str], dict[str, Any]] = {}
+            offset = 0
+            while True:
+                rows = self.store.query(
+                    _LOAD.format(graph=sparql_iri(graph), types=types, keys=keys)
+                    + f" ORDER BY ?s ?p LIMIT {page} OFFSET {offset}", timeout_s=60.0)
+                offset += len(rows)
+                self._collect(graph, rows, found)
+                if len(rows) < page:
+                    break
+            nodes.update(list(found.items())[: max(max_nodes - len(nodes), 0)])
+            if len(nodes) >= max_nodes:
                 break
-        # the first max_nodes nodes (a node cut by the last page is dropped), in the order
-        # they were written: job, session (by date, then name), position — the neighbour step
-        # relies on it
-        kept = sorted(list(nodes.items())[:max_nodes], key=_written_order)
+        # in the order they were written: job, session (by date, then name), position — the
+        # neighbour step relies on it
         before = len(self)
-        for (graph, _iri), node in kept:
+        for (graph, _iri), node in sorted(nodes.items(), key=_written_order):
             self.observe(node, graph)
         self.flush()
         return len(self) - before
 
+    def _graphs(self, page: int) -> list[str]:
+        """Every named graph of the store, newest job first (job ids start with the time)."""
+        out: list[str] = []
+        while True:
+            rows = self.store.query(_GRAPHS + f" ORDER BY DESC(?g) LIMIT {page} OFFSET {len(out)}",
+                                    timeout_s=60.0)
+            out += [g.iri for row in rows if isinstance(g := row.get("g"), Ref)]
+            if len(rows) < page:
+                return out
+
     @staticmethod
-    def _collect(rows: list[dict[str, Value]], wanted: set[str] | None,
+    def _collect(graph: str, rows: list[dict[str, Value]],
                  nodes: dict[tuple[str, str], dict[str, Any]]) -> None:
         for row in rows:
-            g, subject, kind, p = row.get("g"), row.get("s"), row.get("type"), row.get("p")
-            if not (isinstance(g, Ref) and isinstance(subject, Ref) and isinstance(kind, Ref)
-                    and isinstance(p, Ref)) or (wanted is not None and g.iri not in wanted):
+            subject, kind, p = row.get("s"), row.get("type"), row.get("p")
+            if not (isinstance(subject, Ref) and isinstance(kind, Ref) and isinstance(p, Ref)):
                 continue
-            node = nodes.setdefault((g.iri, subject.iri), {
+            node = nodes.setdefault((graph, subject.iri), {
                 "@id": subject.iri, "@type": kind.iri.rsplit("#", 1)[-1]})
             value = row.get("o")
             node[p.iri.rsplit("#", 1)[-1]] = value.iri if isinstance(value, Ref) else value
