@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import structlog
@@ -27,6 +27,7 @@ from gliding.memory.blackboard import Blackboard
 from gliding.memory.ingest import Ingestor
 from gliding.memory.knowledge import KnowledgeMemory
 from gliding.memory.projection import Projector
+from gliding.memory.vector_cache import CACHE_FILE, CachedEmbedder
 from gliding.memory.vectors import Embedder, VectorIndex, load_embedder
 from gliding.scheduler.runner import JobReport, JobRunner, JobSpec
 from gliding.tools.base import ToolGroupManager, builtin_groups
@@ -133,7 +134,11 @@ def open_knowledge(board: Blackboard, settings: Settings,
     embedder_factory = vector_index_factory = None
     if vectors.enabled:
         def embedder_factory() -> Embedder | None:
-            return load_embedder(precision=vectors.precision)
+            embedder = load_embedder(precision=vectors.precision)
+            if embedder is None:
+                return None
+            cache = CachedEmbedder(embedder, settings.data_dir / CACHE_FILE)
+            return cast(Embedder, cache)  # the same encode/dim contract
 
         if vectors.url:
             def vector_index_factory(dim: int) -> VectorIndex | None:

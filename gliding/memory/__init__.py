@@ -26,7 +26,8 @@ This docstring is the one place the levels are listed; modules are named for wha
            to nodes they used
     recall long-term retrieval over what was written to L2: BM25    lexical.py          built
            (lexical), embeddings (vectors: exact numpy index, or    vectors.py
-           Qdrant), hybrid recall (fusion, graph expansion,         recall.py
+           Qdrant; item vectors cached on disk),                    vector_cache.py
+           hybrid recall (fusion, graph expansion,                  recall.py
            neighbours, time, importance, access) packed into a      packing.py
            token budget;                                            knowledge.py
            knowledge.py joins it to the blackboard                  backends/qdrant_vectors.py

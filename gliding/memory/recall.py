@@ -334,7 +334,8 @@ class HybridRecall:
     def vector_scores(self, query: str) -> np.ndarray | None:
         if self.embedder is None or not self.items:
             return None
-        query_vector = self.embedder.encode([query])[0]
+        encode_query = getattr(self.embedder, "encode_query", self.embedder.encode)
+        query_vector = encode_query([query])[0]  # a cache of item vectors is not for queries
         if isinstance(self.vectors, ExactVectorIndex):
             return self.vectors.scores(query_vector)
         # another backend (a Qdrant server): its best hits, everything else at their floor

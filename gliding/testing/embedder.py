@@ -17,6 +17,7 @@ class HashEmbedder:
 
     dim = 64
     precision = "fp32"
+    model_path = "hash-embedder"
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
