@@ -231,7 +231,10 @@ def memory_recall(
         try:
             knowledge = open_knowledge(board, settings,
                                        TokenCounter(settings.context.tokenizer).count)
-            packed = knowledge.recall(text, budget or settings.memory.recall.budget_tokens)
+            try:
+                packed = knowledge.recall(text, budget or settings.memory.recall.budget_tokens)
+            finally:
+                knowledge.close()
         finally:
             board.close()
     except GlidingError as exc:

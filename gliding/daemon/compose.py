@@ -97,6 +97,8 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
                     report = await runner.run()
                 finally:
                     tg.cancel_scope.cancel()
+                    if knowledge is not None:
+                        knowledge.close()
                     if board is not None:
                         board.close()
     await bus.aclose()

@@ -82,25 +82,34 @@ class Ingestor:
         self._entities: dict[str, dict[str, Any]] = {}  # entity IRI -> last node written
         self._queue: list[Mapping[str, Any]] | None = None  # inside batch(): board writes
         self._undo: dict[str, tuple[int, str] | None] = {}  # inside batch(): revisions before
+        self._unwritten: set[str] = set()  # archived, not (yet) on the board
 
     def put(self, node: Mapping[str, Any]) -> str:
         """Validate ``node``, archive its revision in L0 when its content changed, then write
-        it to the blackboard (inside ``batch``: once the batch's revisions are committed)."""
+        it to the blackboard (inside ``batch``: once the batch's revisions are committed).
+
+        A node whose board write failed is written again by the next ``put`` of it, even
+        unchanged (its revision is in L0 already). Raises VocabularyError, ArchiveError (nothing
+        written) or BlackboardError (the revision is archived, the board write will be retried).
+        """
         text = to_jsonld(node)
         digest = hashlib.sha256(text.encode()).hexdigest()
         iri = str(node["@id"])
         revision, last = self._revisions.get(iri, (0, ""))
-        if digest == last:
+        if digest != last:
+            revision += 1
+            self.archive.put(self._revision_iri(iri, revision), text, kind="node",
+                             media_type="application/ld+json", meta={"node": iri})
+            if self._queue is not None:
+                self._undo.setdefault(iri, self._revisions.get(iri))
+            self._revisions[iri] = (revision, digest)
+            self._unwritten.add(iri)
+        elif iri not in self._unwritten:
             return iri
-        revision += 1
-        self.archive.put(self._revision_iri(iri, revision), text, kind="node",
-                         media_type="application/ld+json", meta={"node": iri})
         if self._queue is not None:
-            self._undo.setdefault(iri, self._revisions.get(iri))
             self._queue.append(node)
         else:
             self._write(node)
-        self._revisions[iri] = (revision, digest)
         return iri
 
     @contextmanager
@@ -108,12 +117,14 @@ class Ingestor:
         """Ingest a block of nodes at once: their revisions go to L0 in one transaction, and
         the nodes to the blackboard after it commits (L0 first, so the board never holds a
         node whose revision is not archived). If the block raises, nothing of it is written.
-        Nested blocks join the outer one."""
+        After the commit every queued node is written even if one fails (the first failure is
+        raised at the end; failed nodes are retried by their next put). Nested blocks join the
+        outer one."""
         if self._queue is not None:
             yield self
             return
         self._queue, self._undo = [], {}
-        entities = dict(self._entities)
+        entities, unwritten = dict(self._entities), set(self._unwritten)
         try:
             with self.archive.batch():
                 yield self
@@ -123,17 +134,25 @@ class Ingestor:
                     self._revisions.pop(iri, None)
                 else:
                     self._revisions[iri] = previous
-            self._entities = entities
+            self._entities, self._unwritten = entities, unwritten
             self._queue = None
             raise
         queued, self._queue = self._queue, None
+        failure: GlidingError | None = None
         for node in queued:
-            self._write(node)
+            try:
+                self._write(node)
+            except GlidingError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def _write(self, node: Mapping[str, Any]) -> None:
+        iri = str(node["@id"])
         self.board.put(node, graph=self.graph)
+        self._unwritten.discard(iri)
         if self.on_write is not None:
-            self.on_write(str(node["@id"]), str(node.get("@type")))
+            self.on_write(iri, str(node.get("@type")))
 
     def job_node(self, goal: str, status: str | None = None) -> str:
         node: dict[str, Any] = {"@id": self.job_iri, "@type": "Job", "name": goal}

@@ -25,13 +25,18 @@ A node put again with changed text keeps its first indexed text until the proces
 
 from __future__ import annotations
 
+import functools
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import structlog
+
+from gliding.errors import GlidingError
 from gliding.memory.blackboard import (
     DEFAULT_TIMEOUT_S,
     Blackboard,
@@ -43,6 +48,8 @@ from gliding.memory.blackboard import (
 from gliding.memory.recall import Count, HybridRecall, MemoryItem, Packed, RecallSettings
 from gliding.memory.vectors import Embedder, VectorIndex
 from gliding.memory.vocabulary import NS, validate_node
+
+log = structlog.get_logger("gliding.memory")
 
 RECALLED_TYPES = frozenset({"Turn", "Fact", "Step", "ToolResult", "Error", "CheckReport",
                             "Decision", "Job"})
@@ -61,6 +68,26 @@ _LOADED = ("text", "summary", "name", "path", "role", "partOf", "position", "cre
 _LOAD = _PREFIX + """SELECT ?s ?type ?p ?o WHERE {{ GRAPH {graph} {{ ?s a ?type . ?s ?p ?o .
   FILTER(?type IN ({types}) && ?p IN ({keys})) }} }}"""
 _GRAPHS = "SELECT DISTINCT ?g WHERE { GRAPH ?g { ?s ?p ?o } }"
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _locked(method: Callable[Concatenate[KnowledgeMemory, P], R]
+            ) -> Callable[Concatenate[KnowledgeMemory, P], R]:
+    """Run ``method`` holding the memory's lock (ingestion and tool threads share it)."""
+    @functools.wraps(method)
+    def wrapper(self: KnowledgeMemory, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+class KnowledgeError(GlidingError):
+    """Long-term memory could not index or embed (the embedder or the vector store failed)."""
+
+    code = "knowledge.failed"
 
 
 @dataclass(frozen=True)
@@ -99,6 +126,7 @@ class KnowledgeMemory:
                                   vector_index=vector_index, related=self.related,
                                   grouped=True)
         self._pending: list[MemoryItem] = []
+        self._lock = threading.RLock()  # ingestion (event loop) and tools (worker threads)
         self._factory = embedder_factory if embedder is None else None
         self._index_factory = vector_index_factory
         self._seen: set[str] = set()
@@ -109,6 +137,15 @@ class KnowledgeMemory:
     def __len__(self) -> int:
         return len(self.index) + len(self._pending)
 
+    def close(self) -> None:
+        """Release the embedding cache and a vector server's client (the blackboard is the
+        caller's); what is waiting stays unindexed, the blackboard has it all."""
+        with self._lock:
+            for part in (self.index.embedder, self.index.vectors):
+                closer = getattr(part, "close", None)
+                if callable(closer):
+                    closer()
+
     # ---- ingest ---------------------------------------------------------------------------
     def observe(self, node: Mapping[str, Any], graph: str) -> None:
         """Remember ``node`` (already written to ``graph``) as a recall item if it has content."""
@@ -118,19 +155,38 @@ class KnowledgeMemory:
         item = self._item(node)
         if item is None:
             return
-        self._seen.add(iri)
-        self._graph_of[iri] = graph
-        self._pending.append(item)
-        if len(self._pending) >= self.batch_size:
-            self.flush()
+        with self._lock:
+            self._seen.add(iri)
+            self._graph_of[iri] = graph
+            self._pending.append(item)
+            if len(self._pending) < self.batch_size:
+                return
+            try:
+                self.flush()
+            except KnowledgeError as exc:  # the items stay waiting; the write itself is done
+                log.warning("knowledge.index.failed", error=exc.message,
+                            waiting=len(self._pending))
 
     def flush(self) -> int:
-        """Index every waiting item, embedding them in one batch; returns how many."""
-        pending, self._pending = self._pending, []
-        if pending:
-            self.index.add(pending)
-        return len(pending)
+        """Index every waiting item, embedding them in one batch; returns how many.
 
+        Raises:
+            KnowledgeError: embedding or the vector backend failed; the items stay waiting
+                and the next flush tries them again.
+        """
+        with self._lock:
+            pending, self._pending = self._pending, []
+            if not pending:
+                return 0
+            try:
+                self.index.add(pending)
+            except Exception as exc:  # an embedder or vector-store failure of any kind
+                self._pending[:0] = pending
+                raise KnowledgeError(f"could not index {len(pending)} memory items: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+            return len(pending)
+
+    @_locked
     def load(self, graphs: Iterable[str] | None = None, *, max_nodes: int = 20_000) -> int:
         """Index what the blackboard already holds — the nodes of earlier jobs, so a new job
         can recall them — graph by graph (every graph, newest job first, or ``graphs``) until
@@ -213,15 +269,22 @@ class KnowledgeMemory:
     def ready(self) -> None:
         """Before a recall: load the embedder if one is to be loaded lazily (the first recall
         pays for it, jobs that never recall do not), and index what is waiting."""
-        if self._factory is not None:
-            factory, self._factory = self._factory, None
-            embedder = factory()
-            if embedder is not None:
-                shared = (self._index_factory(embedder.dim) if self._index_factory is not None
-                          else None)
-                self.index.attach_embedder(embedder, shared)
-        self.flush()
+        with self._lock:
+            if self._factory is not None:
+                factory, self._factory = self._factory, None
+                embedder = factory()
+                if embedder is not None:
+                    try:
+                        shared = (self._index_factory(embedder.dim)
+                                  if self._index_factory is not None else None)
+                        self.index.attach_embedder(embedder, shared)
+                    except Exception as exc:  # recall goes on by words and graph
+                        log.warning("vectors.attach.failed",
+                                    error=f"{type(exc).__name__}: {exc}",
+                                    using="lexical and graph recall")
+            self.flush()
 
+    @_locked
     def recall(self, query: str, budget: int, *, now: float | None = None,
                touch: bool = False) -> Packed:
         """The hybrid context for ``query`` within ``budget`` tokens (cl100k by default).
@@ -234,6 +297,7 @@ class KnowledgeMemory:
             self.index.touch(packed.ids, when)
         return packed
 
+    @_locked
     def brief(self, query: str, budget: int, *, exclude_graphs: Iterable[str] = (),
               min_shared_terms: int = 2) -> Packed:
         """What long-term memory holds about ``query`` for a prompt, unasked: hybrid recall
@@ -276,6 +340,7 @@ class KnowledgeMemory:
                 out[other.iri] = float(shared)
         return out
 
+    @_locked
     def search(self, text: str, *, k: int = 10) -> list[KnowledgeHit]:
         """The ``k`` recalled nodes that best match ``text`` (hybrid scores), best first."""
         self.ready()

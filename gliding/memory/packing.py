@@ -91,10 +91,10 @@ def pack(candidates: Iterable[tuple[str, str]], budget: int, count: Count,
 def pack_grouped(candidates: Iterable[tuple[str, str, tuple[int, int], str]], budget: int,
                  count: Count) -> Packed:
     """Like ``pack``, for (id, line, (group, position), header) candidates best first: kept
-    lines come out in (group, position) order, each group's lines under its header (when it
-    has one), so a date is written once per session instead of once per line. A header's
-    tokens are charged when its group's first line is kept; ``count(result.text) <= budget``
-    always holds."""
+    lines come out in (group, position) order — groups without a header first — each group's
+    lines under its header (when it has one), so a date is written once per session instead
+    of once per line. A header's tokens are charged when its group's first line is kept;
+    ``count(result.text) <= budget`` always holds."""
     chosen: list[tuple[str, str, tuple[int, int], str]] = []
     opened: set[int] = set()
     used = 0
@@ -113,7 +113,7 @@ def pack_grouped(candidates: Iterable[tuple[str, str, tuple[int, int], str]], bu
     def render(kept: list[tuple[str, str, tuple[int, int], str]]) -> str:
         lines: list[str] = []
         current: int | None = None
-        for _item_id, line, (group, _), header in sorted(kept, key=lambda c: c[2]):
+        for _item_id, line, (group, _), header in sorted(kept, key=_undated_first):
             if group != current and header:
                 lines.append(header)
             current = group
@@ -126,5 +126,11 @@ def pack_grouped(candidates: Iterable[tuple[str, str, tuple[int, int], str]], bu
         chosen.pop()
         text = render(chosen)
         tokens = count(text) if chosen else 0
-    ordered = sorted(chosen, key=lambda c: c[2])
+    ordered = sorted(chosen, key=_undated_first)
     return Packed(text=text, ids=tuple(c[0] for c in ordered), tokens=tokens)
+
+
+def _undated_first(candidate: tuple[str, str, tuple[int, int], str]) -> tuple[bool, int, int]:
+    """Groups without a header come first, so no undated line sits under another's date."""
+    _item_id, _line, (group, position), header = candidate
+    return (bool(header), group, position)

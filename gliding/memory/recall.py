@@ -283,36 +283,39 @@ class HybridRecall:
         self._importance = None
         self._speakers = {}
 
-    def _add_vectors(self, ids: list[str], texts: list[str], vectors: np.ndarray | None) -> None:
+    def _add_vectors(self, ids: list[str], texts: list[str], vectors: np.ndarray | None, *,
+                     embedder: Embedder | None = None, index: VectorIndex | None = None) -> None:
         """Embed and store what the vector index lacks (a shared server may hold some)."""
-        assert self.embedder is not None
+        embedder = embedder if embedder is not None else self.embedder
+        index = index if index is not None else self.vectors  # (an empty index is falsy)
+        assert embedder is not None
         if vectors is not None and len(vectors) != len(ids):
             raise ValueError(f"{len(vectors)} vectors for {len(ids)} items")
-        shared = not isinstance(self.vectors, ExactVectorIndex)
-        wanted = set(self.vectors.missing(ids)) if shared else None
+        shared = not isinstance(index, ExactVectorIndex)
+        wanted = set(index.missing(ids)) if shared else None
         keep = [n for n, i in enumerate(ids) if wanted is None or i in wanted]
         if not keep:
             return
         if vectors is None:
-            vectors = self.embedder.encode([texts[n] for n in keep])
+            vectors = embedder.encode([texts[n] for n in keep])
         else:
             vectors = vectors[keep]
-        self.vectors.add([ids[n] for n in keep], vectors)
+        index.add([ids[n] for n in keep], vectors)
 
     def attach_embedder(self, embedder: Embedder,
                         vector_index: VectorIndex | None = None) -> None:
         """Start recalling by meaning: embed every item indexed so far (one batch), into
-        ``vector_index`` if given (e.g. a Qdrant server's), else the exact index."""
+        ``vector_index`` if given (e.g. a Qdrant server's), else the exact index. All or
+        nothing: if embedding or storing raises, the index stays lexical and unchanged."""
         if self.embedder is not None:
             return
-        self.embedder = embedder
-        if vector_index is not None:
-            self.vector_index = vector_index
-        self.vectors = (self.vector_index if self.vector_index is not None
-                        else ExactVectorIndex(embedder.dim))
+        shared = vector_index if vector_index is not None else self.vector_index
+        target = shared if shared is not None else ExactVectorIndex(embedder.dim)
         if self.items:
             self._add_vectors([i.id for i in self.items],
-                              [self.index_text(i) for i in self.items], None)
+                              [self.index_text(i) for i in self.items], None,
+                              embedder=embedder, index=target)
+        self.embedder, self.vector_index, self.vectors = embedder, shared, target
 
     @staticmethod
     def index_text(item: MemoryItem) -> str:
@@ -338,14 +341,14 @@ class HybridRecall:
         query_vector = encode_query([query])[0]  # a cache of item vectors is not for queries
         if isinstance(self.vectors, ExactVectorIndex):
             return self.vectors.scores(query_vector)
-        # another backend (a Qdrant server): its best hits, everything else at their floor
-        hits = self.vectors.search(query_vector, min(len(self.items), VECTOR_CANDIDATES))
-        floor = min((score for _, score in hits), default=0.0)
-        out = np.full(len(self.items), floor, dtype=np.float32)
-        for item_id, score in hits:
-            row = self._row.get(item_id)
-            if row is not None:
-                out[row] = score
+        # another backend (a Qdrant server): its best hits among this index's items, the rest
+        # at the lowest of those. The collection should hold this blackboard's items only (one
+        # collection per blackboard): items of others crowd the hits out.
+        hits = self.vectors.search(query_vector, len(self.items) + VECTOR_CANDIDATES)
+        own = [(self._row[item_id], score) for item_id, score in hits if item_id in self._row]
+        out = np.full(len(self.items), min((s for _, s in own), default=0.0), dtype=np.float32)
+        for row, score in own:
+            out[row] = score
         return out
 
     def importance(self) -> np.ndarray:

@@ -36,7 +36,7 @@ from gliding.core.checks import Check, CheckResult
 from gliding.core.clock import Clock, SystemClock
 from gliding.core.iri import parse_iri, record_iri
 from gliding.core.messages import ToolSpec, Usage
-from gliding.errors import GlidingError
+from gliding.errors import GlidingError, NotFoundError
 from gliding.llm.port import LLM
 from gliding.memory.archive import Archive, open_for_iri
 from gliding.memory.blackboard import Value
@@ -436,14 +436,13 @@ class JobRunner:
 
     def _read_archived(self, iri: str) -> str:
         """An archived item of this job, or of an earlier job of the same data directory (what
-        recall and kg_search point at); raises GlidingError when there is none."""
+        recall and kg_search point at); for a blackboard node (a step, a check, a decision)
+        its latest revision's JSON-LD. Raises GlidingError when there is none."""
         if parse_iri(iri).job == self.spec.job:
-            item = self.archive.get(iri)
-        else:
-            other, _ = open_for_iri(self.settings.data_dir, iri)
-            with other:
-                item = other.get(iri)
-        return (item.content or b"").decode("utf-8", errors="replace")
+            return _read_from(self.archive, iri)
+        other, _ = open_for_iri(self.settings.data_dir, iri)
+        with other:
+            return _read_from(other, iri)
 
     def _archive_artifacts(self) -> tuple[tuple[str, str], ...]:
         out = []
@@ -477,6 +476,17 @@ def _clip_words(text: str, fits: Callable[[str], bool]) -> str:
         else:
             high = mid - 1
     return " ".join(words[:low]) + "…" if low else ""
+
+
+def _read_from(archive: Archive, iri: str) -> str:
+    try:
+        item = archive.get(iri)
+    except NotFoundError:
+        revisions = [e for e in archive.list(kind="node") if e.meta.get("node") == iri]
+        if not revisions:
+            raise
+        item = archive.get(revisions[-1].iri)
+    return (item.content or b"").decode("utf-8", errors="replace")
 
 
 def _correction_text(results: Sequence[CheckResult]) -> str:

@@ -17,6 +17,7 @@ from gliding.agents.loop import ToolRecord
 from gliding.context.tokens import TokenCounter
 from gliding.memory.archive import Archive, archive_path
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+from gliding.memory.blackboard import BlackboardError
 from gliding.memory.ingest import Ingestor
 from gliding.memory.knowledge import KnowledgeMemory
 from gliding.memory.vocabulary import VocabularyError, from_jsonld
@@ -186,3 +187,43 @@ def test_entities_seen_only_in_a_rolled_back_block_do_not_leak_into_later_writes
             "edited", f"{job}/result/DA-2-0"))
         symbol = board.get(f"{job}/symbol/src%2Fa.py#go", graph=job)
         assert symbol is not None and "line" not in symbol  # no write ever said line 2
+
+
+class FlakyBoard:
+    """A real in-memory board whose next ``fail`` puts raise, as an endpoint that went away."""
+
+    def __init__(self) -> None:
+        self.inner = OxigraphBlackboard.in_memory()
+        self.fail = 0
+
+    def put(self, node: dict[str, Any], *, graph: str) -> str:
+        if self.fail:
+            self.fail -= 1
+            raise BlackboardError("board down")
+        return self.inner.put(node, graph=graph)
+
+    def get(self, iri: str, *, graph: str) -> dict[str, Any] | None:
+        return self.inner.get(iri, graph=graph)
+
+
+def test_a_failed_board_write_is_retried_and_never_wedges_the_node(tmp_path: Path) -> None:
+    board = FlakyBoard()
+    with Archive.open(tmp_path, "j1") as archive:
+        ingest = Ingestor(board, archive, "j1")  # type: ignore[arg-type]
+        a = {"@id": "gliding://job/j1/fact/a", "@type": "Fact", "text": "v1"}
+        board.fail = 1
+        with pytest.raises(BlackboardError):
+            ingest.put(a)
+        ingest.put({**a, "text": "v2"})  # the next revision goes through (it used to clash)
+        assert board.get(a["@id"], graph=ingest.graph)["text"] == "v2"
+        board.fail = 1
+        with pytest.raises(BlackboardError):
+            with ingest.batch():
+                ingest.put({"@id": "gliding://job/j1/fact/b", "@type": "Fact", "text": "b"})
+                ingest.put({"@id": "gliding://job/j1/fact/c", "@type": "Fact", "text": "c"})
+        assert board.get("gliding://job/j1/fact/c", graph=ingest.graph) is not None
+        assert board.get("gliding://job/j1/fact/b", graph=ingest.graph) is None
+        ingest.put({"@id": "gliding://job/j1/fact/b", "@type": "Fact", "text": "b"})  # unchanged
+        assert board.get("gliding://job/j1/fact/b", graph=ingest.graph) is not None
+        revisions = [e.meta["node"] for e in archive.list(kind="node")]
+        assert revisions.count("gliding://job/j1/fact/b") == 1  # retried, not re-archived

@@ -6,10 +6,13 @@ through a shared rare entity recalled at a small budget."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gliding.context.tokens import TokenCounter
@@ -600,3 +603,64 @@ def test_brief_leaves_out_the_running_job_and_weak_matches_and_never_loads_vecto
     assert factory.calls == 0 and km.index.embedder is None
     assert km.brief("which port does the staging database use", 0).ids == ()
     assert km.brief("staging database port", 200).ids[:1] == (f"{G}/fact/a",)
+
+
+class FlakyEmbedder(HashEmbedder):
+    """Raises on its next ``fail`` batches, as a model or a vector server that went away."""
+
+    fail = 0
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if self.fail:
+            self.fail -= 1
+            raise OSError("embedder failed")
+        return super().encode(texts)
+
+
+def test_a_failed_flush_keeps_the_items_waiting_and_the_put_succeeds() -> None:
+    embedder = FlakyEmbedder()
+    km = memory(embedder=embedder, batch_size=2)
+    km.board.put(fact("a", "alpha apples"), graph=G)
+    embedder.fail = 1
+    km.board.put(fact("b", "beta bananas"), graph=G)  # indexing fails: logged, not raised
+    assert km.store.get(f"{G}/fact/b", graph=G) is not None
+    km.board.put(fact("c", "gamma grapes"), graph=G)
+    assert len(km) == 3
+    assert f"{G}/fact/b" in km.recall("bananas", 200).ids
+
+
+def test_a_failed_embedder_attach_leaves_recall_lexical_and_working() -> None:
+    embedder = FlakyEmbedder()
+    km = memory(embedder_factory=lambda: embedder)
+    km.board.put(fact("a", "alpha apples"), graph=G)
+    km.flush()  # indexed by words before any embedder
+    embedder.fail = 1
+    assert km.recall("apples", 200).ids == (f"{G}/fact/a",)
+    assert km.index.embedder is None and len(km.index.vectors) == 0
+    km.board.put(fact("b", "beta bananas"), graph=G)
+    assert f"{G}/fact/b" in km.recall("bananas", 200).ids
+
+
+def test_recall_from_a_thread_while_ingestion_writes_is_consistent() -> None:
+    km = memory(embedder=HashEmbedder(), batch_size=4)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            try:
+                km.recall("cat story", 200)
+                km.search("cat", k=3)
+            except BaseException as exc:  # noqa: BLE001 -- collected and asserted below
+                errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for n in range(120):
+            km.board.put(fact(str(n), f"cat story {n}"), graph=G)
+    finally:
+        done.set()
+        thread.join()
+    assert errors == [] and len(km) == 120
+    assert len(km.index.vectors) == len(km.index.items) == 120

@@ -121,3 +121,16 @@ def test_pa_is_briefed_on_what_earlier_jobs_recorded_about_its_goal(tmp_path: Pa
     assert FIRST_GOAL in related
     unrelated = planned("Draw a picture of a lighthouse")  # shares no two words with it
     assert "Earlier jobs (long-term memory):" not in unrelated
+
+
+def test_read_result_of_a_blackboard_node_gives_its_latest_revision(tmp_path: Path) -> None:
+    first = run(tmp_path, task(tmp_path, FIRST_GOAL, pipeline=("PA", "DA")), ScriptedLLM({
+        "PA": [call("finish", steps=["write the port to notes.txt"])],
+        "DA": [call("write_file", path="notes.txt", content="port 5433"),
+               call("finish", summary="done")]}))
+    step = f"gliding://job/{first.report.job}/plan/1/step/1"
+    second = run(tmp_path, task(tmp_path, "Which step wrote the port?"), ScriptedLLM({"DA": [
+        call("read_result", iri=step), call("finish", summary="read it")]}))
+    ((tool, ok, text),) = results(tmp_path, second)
+    assert tool == "read_result" and ok, text
+    assert '"@type":"Step"' in text and "write the port to notes.txt" in text
