@@ -22,8 +22,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main() -> int:
+    from typing import get_args
+
     from gliding.bench.memory import parse_range, run_memory_bench
     from gliding.errors import UsageError
+    from gliding.memory.vectors import Precision
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("locomo", type=Path, help="LoCoMo-format JSON (a list of samples)")
@@ -31,8 +34,9 @@ def main() -> int:
     parser.add_argument("--budgets", default="512,1024,2048,4096",
                         help="token budgets (cl100k_base), comma-separated")
     parser.add_argument("--no-vectors", action="store_true", help="skip the embedding model")
-    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "int8"],
-                        help="embedding model precision (auto: bf16 where the CPU has it)")
+    parser.add_argument("--precision", default="auto", choices=get_args(Precision),
+                        help="embedding model precision (auto: bf16 where the CPU has it, "
+                             "else int8)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = parser.parse_args()
     try:

@@ -33,6 +33,7 @@ from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker
 from gliding.core.iri import result_iri, turn_iri
 from gliding.core.messages import Completion, Message, ToolCall
+from gliding.core.text import one_line
 from gliding.errors import GlidingError
 from gliding.llm.port import LLM, LLMRequest
 from gliding.memory.archive import Archive, CallRecord
@@ -65,6 +66,7 @@ TERMINAL = frozenset({State.FINISHED, State.TURN_CAP, State.BUDGET, State.FAILED
 log = structlog.get_logger("gliding.agent")
 
 NUDGE = "Reply with one tool call. When your part is done, call finish."
+LINE_CHARS = 160  # a turn summary and a progress line, at most
 
 
 def transition(state: State, event: str) -> State:
@@ -82,6 +84,7 @@ class ToolRecord:
     ok: bool
     output: str
     iri: str
+    turn_iri: str = ""  # the L0 turn that made the call
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,9 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             reply = Message("assistant", completion.message.content, calls)
             engine.add(reply, iri=iri)
             if not calls:
-                summaries.append(TurnSummary(role.name, n, _clip(reply.content or "(empty)"), iri))
+                summaries.append(TurnSummary(role.name, n,
+                                             one_line(reply.content or "(empty)", LINE_CHARS),
+                                             iri))
                 engine.add(Message("user", NUDGE), iri=iri)
                 await _progress(env, n, completion, "text", summaries[-1].summary)
                 state = transition(state, "text")
@@ -222,7 +227,8 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             env.archive.put(res_iri, output, kind="result",
                             meta={"tool": call.name, "arguments": call.arguments,
                                   "ok": outcome.ok, "role": role.name, "turn": n})
-            records.append(ToolRecord(call.name, call.arguments, outcome.ok, output, res_iri))
+            records.append(ToolRecord(call.name, call.arguments, outcome.ok, output, res_iri,
+                                      str(turn_iri(env.job, role.name, n))))
             engine.add(Message("tool", output, (), call.id, call.name), iri=res_iri, tool=call.name)
             summaries.append(TurnSummary(role.name, n, _describe(call, _first_line(output)),
                                          str(turn_iri(env.job, role.name, n))))
@@ -247,7 +253,7 @@ def memory_note(settings: ContextSettings) -> str:
 def _recall_text(engine: ContextEngine, query: str) -> str:
     found = engine.recall(query)
     if not found:
-        return f"no earlier turn matches {query!r}"
+        return ""  # the recall tool says when nothing at all was found
     return "\n".join(f"#{e.turn} {e.role}: {e.summary} <{e.iri}>" for e in found)
 
 
@@ -296,15 +302,12 @@ def _check_finish(role: RoleSpec, call: ToolCall) -> str | None:
 
 
 def _describe(call: ToolCall, outcome: str) -> str:
-    args = ", ".join(f"{k}={_clip(json.dumps(v, ensure_ascii=False), 40)}"
+    args = ", ".join(f"{k}={one_line(json.dumps(v, ensure_ascii=False), 40)}"
                      for k, v in call.arguments.items())
-    return _clip(f"{call.name}({args}) → {outcome}", 160)
+    return one_line(f"{call.name}({args}) → {outcome}", LINE_CHARS)
 
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "(no output)"
 
 
-def _clip(text: str, width: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"

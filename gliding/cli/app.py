@@ -331,10 +331,14 @@ def bench_context(
 
 
 def _precision(text: str) -> Precision:
-    from gliding.errors import UsageError
+    from typing import get_args
 
-    if text not in ("auto", "fp32", "bf16", "int8"):
-        _fail(UsageError(f"unknown precision {text!r}", hint="use auto, fp32, bf16 or int8"))
+    from gliding.errors import UsageError
+    from gliding.memory.vectors import Precision
+
+    choices = get_args(Precision)
+    if text not in choices:
+        _fail(UsageError(f"unknown precision {text!r}", hint=f"use {', '.join(choices)}"))
     return cast("Precision", text)
 
 

@@ -23,9 +23,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from gliding.core.text import clip
+
 IDENTIFIER = re.compile(r"[A-Za-z0-9_./-]*[/_.][A-Za-z0-9_./-]*[A-Za-z0-9]|\b\d{3,}\b")
 _RUN = re.compile(r"[A-Za-z0-9_./-]+")
 MAX_RUN = 300  # longer runs (hashes, base64) are not identifiers a later step types
+LINE_CHARS = 160  # one line of a summary
 _GREP_LINE = re.compile(r"^(?P<path>[^\s:][^:]{0,300}?):(?P<line>\d+)[:-]")
 _NUMBERED = re.compile(r"^\s*(\d+)[:|\t ]")
 _DEFINITION = re.compile(
@@ -119,7 +122,7 @@ def _search(output: str, lines: list[str]) -> list[str]:
         return _text(output, lines)
     out = [f"{len(matches)} matches in {len(per_file)} files: " +
            ", ".join(f"{p} ({n})" for p, n in per_file.items())]
-    out += [_clip(x) for x in matches]
+    out += [clip(x, LINE_CHARS) for x in matches]
     return out
 
 
@@ -128,12 +131,12 @@ def _file(output: str, lines: list[str]) -> list[str]:
     header = _FILE_HEADER.match(output.lstrip())
     if header:
         out.append(f"file {header['path']}, {header['lines']} lines")
-    outline = [_clip(x.strip()) for x in lines if _DEFINITION.match(x)]
+    outline = [clip(x.strip(), LINE_CHARS) for x in lines if _DEFINITION.match(x)]
     if outline:
         out.append(f"outline ({len(outline)} definitions):")
         out += outline
     out.append("head:")
-    out += [_clip(x) for x in lines[:8]]
+    out += [clip(x, LINE_CHARS) for x in lines[:8]]
     return out
 
 
@@ -144,13 +147,13 @@ def _shell(output: str, lines: list[str]) -> list[str]:
         out.append(f"exit code {code.group(1)}")
     tail = lines[-4:]  # the end first: where a traceback's raising frame and error are
     out.append("tail:")
-    out += [f"{len(lines) - len(tail) + i + 1}: {_clip(x, 120)}" for i, x in enumerate(tail)]
+    out += [f"{len(lines) - len(tail) + i + 1}: {clip(x, 120)}" for i, x in enumerate(tail)]
     errors = [i for i, x in enumerate(lines[: len(lines) - len(tail)]) if _ERROR.search(x)]
     if errors:
         out.append(f"{len(errors)} more error lines:")
-        out += [f"{i + 1}: {_clip(lines[i], 120)}" for i in errors[:20]]
+        out += [f"{i + 1}: {clip(lines[i], 120)}" for i in errors[:20]]
     out.append("head:")
-    out += [_clip(x, 120) for x in lines[:6]]
+    out += [clip(x, 120) for x in lines[:6]]
     return out
 
 
@@ -160,7 +163,8 @@ def _json(output: str, lines: list[str]) -> list[str]:
 
 
 def _text(output: str, lines: list[str]) -> list[str]:
-    return ["head:", *[_clip(x) for x in lines[:10]], "tail:", *[_clip(x) for x in lines[-8:]]]
+    return ["head:", *[clip(x, LINE_CHARS) for x in lines[:10]], "tail:",
+            *[clip(x, LINE_CHARS) for x in lines[-8:]]]
 
 
 _SUMMARISERS = {"search": _search, "file": _file, "shell": _shell, "json": _json, "text": _text}
@@ -191,7 +195,7 @@ def _fit(header: str, body: list[str], output: str, budget: int) -> str:
     rest = []
     for i, line in enumerate(body):  # a line that does not fit waits; shorter ones may fit
         if i == 0 and used + len(line.encode()) + 1 > body_budget:
-            line = _clip(line, max(40, body_budget - used - 4))  # the key line, cut to fit
+            line = clip(line, max(40, body_budget - used - 4))  # the key line, cut to fit
         cost = len(line.encode()) + 1
         if used + cost <= body_budget:
             parts.append(line)
@@ -243,5 +247,3 @@ def _share(lines: list[str], pattern: re.Pattern[str]) -> float:
     return sum(1 for x in useful if pattern.match(x)) / len(useful) if useful else 0.0
 
 
-def _clip(line: str, width: int = 160) -> str:
-    return line if len(line) <= width else line[: width - 1] + "…"

@@ -10,6 +10,7 @@ Forms:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
@@ -53,6 +54,12 @@ def record_iri(job: str, kind: str, *names: str) -> IRI:
     if not _KIND_RE.match(kind):
         raise IRIError(f"bad IRI kind {kind!r}", hint="kinds are lower-case words")
     return IRI(_check_job(job), kind, tuple(names))
+
+
+def hashed_segment(text: str) -> str:
+    """``sha256-<32 hex digits>`` of ``text``: the stand-in for an IRI segment too long to keep
+    (the node or entry keeps the whole text)."""
+    return "sha256-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
 
 
 def parse_iri(text: str) -> IRI:

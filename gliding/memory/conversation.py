@@ -18,7 +18,6 @@ Person. Everything here is pure but for ``ConversationIngestor``, which only cal
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from datetime import date, datetime
 from typing import Any
 from urllib.parse import quote
 
+from gliding.core.iri import hashed_segment
 from gliding.memory.ingest import Ingestor
 
 WORD = re.compile(r"[^\W\d_][\w'’]+")  # two or more characters, a letter first, any script
@@ -116,7 +116,7 @@ def segment(text: str) -> str:
     quoted = quote(text, safe="")
     if len(quoted) <= MAX_SEGMENT_CHARS:
         return quoted
-    return "sha256-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
+    return hashed_segment(text)
 
 
 def entity_key(name: str) -> str:

@@ -33,6 +33,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gliding.core.text import clip
+
 SCAN_CHARS = 64 * 1024  # read this much from the head and from the tail of an output
 MAX_LINE_CHARS = 1000
 MAX_PATH_CHARS = 300
@@ -349,8 +351,7 @@ def _lines(text: str) -> list[str]:
 
 
 def _one_line(text: str, width: int) -> str:
+    """``text`` on one line, without control, format, surrogate or private-use characters."""
     text = " ".join(text.split())
-    text = "".join(c for c in text if unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Co"))
-    if len(text) > width:
-        text = text[:width - 1] + "…"
-    return text
+    return clip("".join(c for c in text if unicodedata.category(c) not in
+                        ("Cc", "Cf", "Cs", "Co")), width)

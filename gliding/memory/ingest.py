@@ -38,7 +38,8 @@ from urllib.parse import quote
 import structlog
 
 from gliding.core.checks import CheckResult
-from gliding.core.iri import record_iri
+from gliding.core.iri import hashed_segment, record_iri
+from gliding.core.text import one_line
 from gliding.errors import GlidingError
 from gliding.memory.archive import Archive
 from gliding.memory.blackboard import Blackboard
@@ -274,7 +275,7 @@ class Ingestor:
         rest = node_iri[len(self.job_iri):].strip("/") or "job"
         kind, _, name = rest.partition("/")
         if len(quote(name, safe="")) > MAX_SEGMENT_CHARS:  # L0 IRI segments are bounded
-            name = "sha256-" + hashlib.sha256(name.encode()).hexdigest()[:32]
+            name = hashed_segment(name)
         return str(record_iri(self.job, "node", kind, name or "-", str(revision)))
 
 
@@ -291,5 +292,5 @@ def _result_summary(record: ToolCall, found: Entities) -> str:
 
 
 def _one_line(text: str, width: int) -> str:
-    text = " ".join(str(text).encode("utf-8", "replace").decode("utf-8").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    """``one_line`` of ``text`` with lone surrogates replaced (a literal must be valid UTF-8)."""
+    return one_line(str(text).encode("utf-8", "replace").decode("utf-8"), width)

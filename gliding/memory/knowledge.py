@@ -30,7 +30,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -44,10 +43,13 @@ from gliding.memory.blackboard import (
     Triple,
     Value,
     sparql_iri,
+    sparql_literal,
 )
+from gliding.memory.conversation import parse_date
 from gliding.memory.recall import Count, HybridRecall, MemoryItem, Packed, RecallSettings
+from gliding.memory.search import Hit
 from gliding.memory.vectors import Embedder, VectorIndex
-from gliding.memory.vocabulary import NS, validate_node
+from gliding.memory.vocabulary import NS
 
 log = structlog.get_logger("gliding.memory")
 
@@ -90,17 +92,6 @@ class KnowledgeError(GlidingError):
     code = "knowledge.failed"
 
 
-@dataclass(frozen=True)
-class KnowledgeHit:
-    """A node ``search`` found: its IRI, type, graph (job), score and a line of its text."""
-
-    iri: str
-    type: str
-    graph: str
-    score: float
-    text: str
-
-
 class KnowledgeMemory:
     """Blackboard + recall index over the nodes written through ``self.board``.
 
@@ -132,6 +123,7 @@ class KnowledgeMemory:
         self._seen: set[str] = set()
         self._sessions: dict[str, int] = {}
         self._graph_of: dict[str, str] = {}
+        self._type_of: dict[str, str] = {}
         self._order = 0
 
     def __len__(self) -> int:
@@ -158,6 +150,7 @@ class KnowledgeMemory:
         with self._lock:
             self._seen.add(iri)
             self._graph_of[iri] = graph
+            self._type_of[iri] = kind
             self._pending.append(item)
             if len(self._pending) < self.batch_size:
                 return
@@ -325,8 +318,6 @@ class KnowledgeMemory:
         named = [name.lower() for name in re.findall(r"\b[A-Z][a-zA-Z]+", query)]
         exclude = ""
         if named:
-            from gliding.memory.blackboard import sparql_literal
-
             names = ", ".join(sparql_literal(n) for n in dict.fromkeys(named))
             exclude = ("FILTER NOT EXISTS { ?e gl:name ?n . "
                        f"FILTER(LCASE(STR(?n)) IN ({names})) }}")
@@ -341,15 +332,17 @@ class KnowledgeMemory:
         return out
 
     @_locked
-    def search(self, text: str, *, k: int = 10) -> list[KnowledgeHit]:
-        """The ``k`` recalled nodes that best match ``text`` (hybrid scores), best first."""
+    def search(self, text: str, *, k: int = 10) -> list[Hit]:
+        """The ``k`` recalled nodes that best match ``text`` (hybrid scores), best first, as the
+        same ``search.Hit`` values ``gliding memory search`` gives."""
         self.ready()
         scores = self.index.scores(text)
         out = []
         for row in self.index.rank(scores)[:k]:
             item = self.index.items[row]
-            out.append(KnowledgeHit(item.id, _type_of(item.id, self), self._graph_of.get(
-                item.id, ""), round(float(scores[row]), 4), " ".join(item.text.split())[:300]))
+            out.append(Hit(item.id, self._type_of.get(item.id, "?"),
+                           self._graph_of.get(item.id, ""), round(float(scores[row]), 4),
+                           " ".join(item.text.split())[:300]))
         return out
 
     def query(self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -367,8 +360,8 @@ class IndexingBlackboard:
         self.max_limit = getattr(inner, "max_limit", 1000)
 
     def put(self, node: Mapping[str, Any], *, graph: str) -> str:
-        iri = self.inner.put(node, graph=graph)
-        self.memory.observe(validate_node(node), graph)
+        iri = self.inner.put(node, graph=graph)  # validates: only valid nodes get this far
+        self.memory.observe(node, graph)
         return iri
 
     def get(self, iri: str, *, graph: str) -> dict[str, Any] | None:
@@ -410,15 +403,6 @@ def _node_date(node: Mapping[str, Any]) -> date | None:
             pass
     when = node.get("sessionDate")
     if isinstance(when, str):
-        from gliding.memory.conversation import parse_date
-
         return parse_date(when)
     return None
 
-
-def _type_of(iri: str, memory: KnowledgeMemory) -> str:
-    graph = memory._graph_of.get(iri)
-    if graph is None:
-        return "?"
-    node = memory.store.get(iri, graph=graph)
-    return str(node.get("@type")) if node else "?"

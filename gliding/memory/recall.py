@@ -225,7 +225,8 @@ class HybridRecall:
     items: list[MemoryItem] = field(default_factory=list)
     vector_index: VectorIndex | None = None
     related: Related | None = None
-    grouped: bool = False  # pack_rows writes a session's date once (pack_grouped)
+    grouped: bool = False  # pack_rows writes a session's date once (pack_grouped); set it
+    # when the index is made: lines are formatted for it as items are added
 
     def __post_init__(self) -> None:
         self.lexical = BM25Index()
@@ -233,9 +234,7 @@ class HybridRecall:
                                      ExactVectorIndex(self.embedder.dim if self.embedder
                                                       else None))
         self._row: dict[str, int] = {}
-        self._lines: list[str] = []
-        self._short_lines: list[str] = []
-        self._headers: list[str] = []
+        self._lines: list[str] = []  # dated, or with the date left to a group header
         self._sessions = np.zeros(0, dtype=np.int64)
         self._timed = np.zeros(0, dtype=bool)
         self._importance: np.ndarray | None = None
@@ -273,9 +272,7 @@ class HybridRecall:
         for item in items:
             self._row[item.id] = len(self.items)
             self.items.append(item)
-            self._lines.append(format_line(item))
-            self._short_lines.append(format_line(item, dated=False))
-            self._headers.append(group_header(item))
+            self._lines.append(format_line(item, dated=not self.grouped))
         self._sessions = np.concatenate(
             [self._sessions, np.asarray([item.session for item in items], dtype=np.int64)])
         self._timed = np.concatenate(
@@ -432,8 +429,7 @@ class HybridRecall:
             row = self._row.get(item_id)
             if row is not None:
                 out[row] = weight
-        top = float(out.max()) if len(out) else 0.0
-        return out / top if top > 0 else out
+        return normalise_lexical(out)
 
     def _entities(self, row: int) -> set[str]:
         found = self._entity_cache.get(row)
@@ -495,9 +491,10 @@ class HybridRecall:
     def pack_rows(self, rows: Sequence[int], budget: int) -> Packed:
         """Pack item rows (best first) into ``budget`` tokens, emitted in conversation order."""
         if self.grouped:
-            return pack_grouped(((self.items[i].id, self._short_lines[i],
+            return pack_grouped(((self.items[i].id, self._lines[i],
                                   (self.items[i].session, self.items[i].position),
-                                  self._headers[i]) for i in rows), budget, self.count)
+                                  group_header(self.items[i])) for i in rows), budget,
+                                self.count)
         order = {self.items[i].id: (self.items[i].session, self.items[i].position)
                  for i in rows}
         ranks = {item_id: n for n, (item_id, _) in

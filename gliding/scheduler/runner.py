@@ -41,8 +41,9 @@ from gliding.llm.port import LLM
 from gliding.memory.archive import Archive, open_for_iri
 from gliding.memory.blackboard import Value
 from gliding.memory.ingest import Ingestor
-from gliding.memory.knowledge import KnowledgeHit, KnowledgeMemory
+from gliding.memory.knowledge import KnowledgeMemory
 from gliding.memory.projection import Projector
+from gliding.memory.search import Hit
 from gliding.memory.vocabulary import NS
 from gliding.scheduler import policy
 from gliding.tools.base import ToolContext, ToolGroupManager
@@ -274,12 +275,10 @@ class JobRunner:
                                            "attempt": a.attempt})
         result = await run_agent(env, a.instructions)
         self.turns.extend(result.summaries)
-        turn_of = {f"{t.role}-{t.turn}": t.iri for t in result.summaries}
         for t in result.summaries:
             self._ingest("turn", t.role, t.turn, t.iri, t.summary)
-        for record in result.tools:  # results are archived as .../result/<ROLE>-<n>-<i>
-            call = record.iri.rsplit("/", 1)[-1].rsplit("-", 1)[0]
-            self._ingest("tool_result", record, turn_of.get(call))
+        for record in result.tools:
+            self._ingest("tool_result", record, record.turn_iri or None)
         spent = self.context_tokens.setdefault(spec.name, [0, 0])
         spent[0] += result.prompt_tokens
         spent[1] += result.baseline_tokens
@@ -410,12 +409,12 @@ class JobRunner:
         def knowledge_recall(query: str) -> str:
             return knowledge.recall(query, budget, touch=True).text
 
-        def kg_search(query: str, k: int = KG_SEARCH_K) -> list[KnowledgeHit]:
-            kept: list[KnowledgeHit] = []
+        def kg_search(query: str, k: int = KG_SEARCH_K) -> list[Hit]:
+            kept: list[Hit] = []
             for hit in knowledge.search(query, k=k):
                 lines = [hit_line(h) for h in kept]
 
-                def fits(text: str, hit: KnowledgeHit = hit, lines: list[str] = lines) -> bool:
+                def fits(text: str, hit: Hit = hit, lines: list[str] = lines) -> bool:
                     line = hit_line(dataclasses.replace(hit, text=text))
                     return self.counter.count("\n".join([*lines, line])) <= budget
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from gliding.core.text import clip, one_line
 from gliding.errors import GlidingError, ToolError
 from gliding.tools.base import Tool, ToolContext, prop, schema
 
@@ -37,7 +38,7 @@ LINE_CHARS = 600  # one row or one hit
 def hit_line(hit: Any) -> str:
     """``<type> <iri>: <text>`` on one line (``hit`` has ``type``, ``iri`` and ``text``)."""
     text = " ".join(str(getattr(hit, "text", "")).split())
-    return _clip(f"{getattr(hit, 'type', '?')} {getattr(hit, 'iri', '?')}: {text}", LINE_CHARS)
+    return clip(f"{getattr(hit, 'type', '?')} {getattr(hit, 'iri', '?')}: {text}", LINE_CHARS)
 
 
 def render_value(value: Any) -> str:
@@ -50,14 +51,14 @@ def render_value(value: Any) -> str:
     if isinstance(value, int | float):
         return str(value)
     text = getattr(value, "value", value)
-    quoted = json.dumps(_clip(" ".join(str(text).split()), VALUE_CHARS), ensure_ascii=False)
+    quoted = json.dumps(one_line(str(text), VALUE_CHARS), ensure_ascii=False)
     language = getattr(value, "language", None)
     return f"{quoted}@{language}" if isinstance(language, str) and language else quoted
 
 
 def render_row(row: Mapping[str, Any]) -> str:
     """``var=value`` pairs of one result row on one line (unbound variables are absent)."""
-    return _clip(" ".join(f"{k}={render_value(v)}" for k, v in row.items()) or "(empty row)",
+    return clip(" ".join(f"{k}={render_value(v)}" for k, v in row.items()) or "(empty row)",
                  LINE_CHARS)
 
 
@@ -74,10 +75,6 @@ def bounded(lines: Iterable[str], noun: str, limit: int = MAX_CHARS) -> str:
         used += len(line) + 1
     rest = len(lines) - len(kept)
     return "\n".join(kept) + (f"\n[{rest} more {noun}]" if rest else "")
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 async def _call(ctx: ToolContext, key: str, what: str, *args: Any, **kwargs: Any) -> Any:

@@ -10,11 +10,11 @@
 
 These tools never import the archive: the runner puts a reader into ``ToolContext.extra``:
 ``extra["read_archived"]`` (IRI -> text; raises a GlidingError when absent), ``extra["recall"]``
-(query -> text: the session's chain, set per agent by the agent loop; a text starting with
-``NO_SESSION_MATCH`` means none), ``extra["knowledge_recall"]`` (query -> text, "" for none;
-raises a GlidingError when the store fails; run on a worker thread, since the first recall may
-load the embedder) and ``extra["iri_base"]`` (``gliding://job/<job>/``, so the relative IRIs of
-the history block work too).
+(query -> text: the session's chain, set per agent by the agent loop; "" for none),
+``extra["knowledge_recall"]`` (query -> text, "" for none; raises a GlidingError when the store
+fails; run on a worker thread, since the first recall may load the embedder) and
+``extra["iri_base"]`` (``gliding://job/<job>/``, so the relative IRIs of the history block work
+too).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from gliding.tools.base import Tool, ToolContext, prop, schema
 
 PAGE_CHARS = 4000
 MAX_MATCHES = 100
-NO_SESSION_MATCH = "no earlier turn matches"  # how the agent loop's session recall says "none"
 SESSION_LABEL = "Earlier turns of this session:"
 KNOWLEDGE_LABEL = "Long-term memory (what the team and earlier jobs recorded):"
 
@@ -88,7 +87,7 @@ async def _recall(args: dict[str, Any], ctx: ToolContext) -> str:
     sections: list[str] = []
     if session is not None:
         found = str(session(query)).strip()
-        if found and not found.startswith(NO_SESSION_MATCH):
+        if found:
             sections.append(f"{SESSION_LABEL}\n{found}")
     failure: GlidingError | None = None
     if knowledge is not None:

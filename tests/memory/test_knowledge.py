@@ -24,10 +24,10 @@ from gliding.memory.ingest import Ingestor
 from gliding.memory.knowledge import (
     RECALLED_TYPES,
     IndexingBlackboard,
-    KnowledgeHit,
     KnowledgeMemory,
 )
 from gliding.memory.recall import MemoryItem, RecallSettings
+from gliding.memory.search import Hit
 from gliding.memory.vectors import ExactVectorIndex
 from gliding.memory.vocabulary import VocabularyError
 from gliding.testing import embedder as fakes
@@ -313,7 +313,7 @@ def test_search_gives_hits_with_their_iris_types_and_graphs() -> None:
     hits = km.search("zebra")
     assert [(h.iri, h.type, h.graph) for h in hits] == [
         (f"{G2}/step/1", "Step", G2), (f"{G}/fact/1", "Fact", G)]
-    assert all(isinstance(h, KnowledgeHit) and h.score > 0 for h in hits)
+    assert all(isinstance(h, Hit) and h.score > 0 for h in hits)
     assert hits[0].score >= hits[1].score
     assert hits[1].text.startswith("zebra crossing at the school x") and len(hits[1].text) == 300
     assert km.search("zebra", k=1) == hits[:1]
