@@ -8,36 +8,47 @@
       └──budget────► BUDGET
     ACT ──finish──► FINISHED
 
-Every turn is archived in L0 in full (prompt and reply) under ``gliding://job/<job>/turn/<role>/<n>``,
-every tool result under ``gliding://job/<job>/result/<role>-<n>-<i>``, every call goes to the
-ledger, and a one-line summary per turn is kept for the report and for later context.
+Every turn is archived in L0 in full (prompt and reply) under ``gliding://job/<job>/turn/<role>/<n>``
+together with its ledger row, every tool result under ``gliding://job/<job>/result/<role>-<n>-0``,
+and each is announced on ``job/<job>/archived`` for ingestion. Writes go through the archive
+port (``memory.archive_port``), never on the event loop.
+
+Resuming is replay: a turn already archived is not asked of the model again (its archived reply
+is used and it costs nothing new), and a tool call whose result is archived is not run again
+(its archived output is used). A call that may not be repeated (``Tool.idempotent`` false, e.g.
+bash) is preceded by an ``intent`` entry; one found without its result was cut off by a crash,
+and the model is told so instead of the command running twice.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
+import anyio
 import structlog
 
 from gliding.agents.roles import RoleSpec
-from gliding.bus.messages import JobEvent
+from gliding.bus import topics
+from gliding.bus.messages import ArchivedMsg, JobEvent
 from gliding.bus.port import Bus
 from gliding.config.settings import ContextSettings
 from gliding.context.engine import ContextEngine
 from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker
-from gliding.core.iri import result_iri, turn_iri
-from gliding.core.messages import Completion, Message, ToolCall
+from gliding.core.iri import record_iri, result_iri, turn_iri
+from gliding.core.messages import Completion, Message, ToolCall, ToolSpec, Usage
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
 from gliding.llm.port import LLM, LLMRequest
-from gliding.memory.archive import Archive, CallRecord
-from gliding.tools.base import ToolContext, Toolset
+from gliding.memory.archive import CallRecord
+from gliding.memory.archive_port import ArchivePort
+from gliding.tools.base import ToolContext, ToolOutcome, Toolset, prop, schema
+from gliding.tools.snapshot import fingerprint, snapshot
 
 
 class State(Enum):
@@ -67,6 +78,10 @@ log = structlog.get_logger("gliding.agent")
 
 NUDGE = "Reply with one tool call. When your part is done, call finish."
 LINE_CHARS = 160  # a turn summary and a progress line, at most
+INTERRUPTED = ("error: interrupted: the job stopped while this call ran, so whether it took "
+               "effect is unknown. Look at the workspace before repeating it.")
+TOOL_SEARCH = ToolSpec("tool_search", "List the tool groups you may load, or load one.", schema(
+    group=prop("string", "the group to load; leave out to list them")))
 
 
 def transition(state: State, event: str) -> State:
@@ -85,6 +100,7 @@ class ToolRecord:
     output: str
     iri: str
     turn_iri: str = ""  # the L0 turn that made the call
+    data: dict[str, Any] = field(default_factory=dict)  # what the tool kept besides its text
 
 
 @dataclass(frozen=True)
@@ -108,18 +124,21 @@ class AgentResult:
     baseline_tokens: int = 0  # Σ of the same prompts had every message been appended as is
     compactions: int = 0
     archived_results: int = 0
+    usage: Usage = Usage()  # what this run's model calls cost (replayed turns included)
+    schema_tokens: int = 0  # cl100k tokens of the tool schemas the last prompt carried
+    replayed_turns: int = 0
 
 
 @dataclass
 class AgentEnv:
-    """What one agent run needs; built by the scheduler, the only place that picks backends."""
+    """What one agent run needs; built by the agent worker."""
 
     job: str
     role: RoleSpec
     llm: LLM
     toolset: Toolset
     tool_ctx: ToolContext
-    archive: Archive
+    archive: ArchivePort
     budget: BudgetTracker
     bus: Bus
     now: Callable[[], float]
@@ -127,35 +146,49 @@ class AgentEnv:
     context: ContextSettings
     counter: TokenCounter
     extra_system: str = ""
+    turn_base: int = 0  # turns the role used before this assignment (numbers its IRIs)
+    on_demand: Mapping[str, Toolset] = field(default_factory=dict)  # loadable by tool_search
+
+
+class _Session:
+    """``SessionRecall`` over the context engine's L1 chain."""
+
+    def __init__(self, engine: ContextEngine) -> None:
+        self.engine = engine
+
+    def recall(self, query: str) -> str:
+        found = self.engine.recall(query)
+        return "\n".join(f"#{e.turn} {e.role}: {e.summary} <{e.iri}>" for e in found)
 
 
 async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     """Drive one role until it finishes, hits its turn cap or budget, or the model fails."""
     role = env.role
-    reads_back = "read_result" in env.toolset.names
+    toolset = env.toolset
+    reads_back = "read_result" in toolset.names
     system = "\n\n".join(x for x in (role.system_prompt(),
                                       memory_note(env.context) if reads_back else "",
                                       env.extra_system) if x)
     engine = ContextEngine(env.context, env.counter,
                            [Message("system", system), *role.examples,
                             Message("user", assignment)])
-    tool_ctx = dataclasses.replace(env.tool_ctx, extra={
-        **env.tool_ctx.extra,
-        "recall": lambda query: _recall_text(engine, query),
-    })
-    work_tools = env.toolset.specs()
+    tool_ctx = ToolContext(env.tool_ctx.workspace, env.tool_ctx.settings, _Session(engine))
+    env.budget.turns[role.name] = env.turn_base
     state, turns, finish = State.PROMPT, 0, {}
     summaries: list[TurnSummary] = []
     records: list[ToolRecord] = []
     error: str | None = None
     seen_calls: set[str] = set()
     completion: Completion | None = None
+    usage, schema_tokens, replayed = Usage(), 0, 0
     while state not in TERMINAL:
         if state is State.PROMPT:
             if turns >= env.max_turns:
                 state = transition(state, "turn_cap")
                 continue
-            if (reason := env.budget.exhausted(env.now())) is not None:
+            next_iri = str(turn_iri(env.job, role.name, env.budget.turns[role.name] + 1))
+            if ((reason := env.budget.exhausted(env.now(), role.name)) is not None
+                    and await env.archive.find(next_iri) is None):  # a replay was paid for
                 error = reason
                 state = transition(state, "budget")
                 continue
@@ -164,81 +197,169 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             turns += 1
             n = env.budget.count_turn(role.name)
             ran = [r.name for r in records if r.ok]
-            may_finish = not work_tools or (
+            may_finish = not toolset.tools or (
                 all(t in ran for t in role.finish_requires)
                 and len(ran) >= role.finish_min_calls)
-            tools = [*work_tools, role.finish] if may_finish else work_tools
+            work = toolset.specs() + ([TOOL_SEARCH] if env.on_demand else [])
+            tools = [*work, role.finish] if may_finish else work
+            schema_tokens = env.counter.count(json.dumps([t.to_openai() for t in tools]))
             prompt = engine.prompt(assignment)
             request = LLMRequest(messages=tuple(prompt), tools=tuple(tools),
                                  tool_choice="required",
                                  meta={"role": role.name, "turn": n,
                                        "cache_breakpoints": engine.breakpoints(prompt)})
+            iri = str(turn_iri(env.job, role.name, n))
             try:
-                completion = await env.llm.complete(request)
+                completion, was_archived = await _complete(env, iri, n, request)
             except GlidingError as exc:
                 error = f"model call failed: {exc.message}"
                 log.warning("llm.call.failed", job=env.job, role=role.name, turn=n,
                             error=exc.message)
                 state = transition(state, "error")
                 continue
-            iri = str(turn_iri(env.job, role.name, n))
-            _archive_turn(env, iri, n, request, completion)
-            env.budget.record(role.name, completion.usage)
+            replayed += was_archived
+            usage = usage + completion.usage
             calls = completion.message.tool_calls[:1]  # one call a turn keeps small models on rails
             reply = Message("assistant", completion.message.content, calls)
             engine.add(reply, iri=iri)
             if not calls:
-                summaries.append(TurnSummary(role.name, n,
-                                             one_line(reply.content or "(empty)", LINE_CHARS),
-                                             iri))
+                summary = one_line(reply.content or "(empty)", LINE_CHARS)
+                summaries.append(TurnSummary(role.name, n, summary, iri))
                 engine.add(Message("user", NUDGE), iri=iri)
-                await _progress(env, n, completion, "text", summaries[-1].summary)
+                await _announce(env, n, iri, "turn", summary)
+                await _progress(env, n, completion, "text", summary)
                 state = transition(state, "text")
                 continue
             call = calls[0]
             if call.name == "finish":
                 problem = _check_finish(role, call)
+                summary = _describe(call, "finished" if problem is None else problem)
+                summaries.append(TurnSummary(role.name, n, summary, iri))
+                await _announce(env, n, iri, "turn", summary)
+                await _progress(env, n, completion, "finish", summary)
                 if problem is None:
                     finish = dict(call.arguments)
-                    summaries.append(TurnSummary(role.name, n, _describe(call, "finished"), iri))
-                    await _progress(env, n, completion, "finish", summaries[-1].summary)
                     state = transition(state, "finish")
-                    continue
-                engine.add(Message("tool", f"error: {problem}", (), call.id, "finish"), iri=iri)
-                summaries.append(TurnSummary(role.name, n, _describe(call, problem), iri))
-                await _progress(env, n, completion, "finish", summaries[-1].summary)
-                state = transition(state, "text")
+                else:
+                    engine.add(Message("tool", f"error: {problem}", (), call.id, "finish"),
+                               iri=iri)
+                    state = transition(state, "text")
                 continue
             state = transition(state, "tool_calls")
         elif state is State.ACT:
             assert completion is not None
             call = completion.message.tool_calls[0]
             n = env.budget.turns[role.name]
-            outcome = await env.toolset.call(call.name, call.arguments, tool_ctx)
+            t_iri = str(turn_iri(env.job, role.name, n))
+            res_iri = str(result_iri(env.job, f"{role.name}-{n}-0"))
+            key = call.name + call.arguments_json()
+            outcome, toolset = await _act(env, call, res_iri, n, toolset, tool_ctx,
+                                          repeated=key in seen_calls)
+            seen_calls.add(key)
             if not outcome.ok:
                 log.info("tool.call.failed", job=env.job, role=role.name, turn=n,
                          tool=call.name, error=_first_line(outcome.output))
-            key = call.name + call.arguments_json()
-            output = outcome.output
-            if outcome.ok and key in seen_calls:
-                output += "\nYou already made this exact call. If your part is done, call finish."
-            seen_calls.add(key)
-            res_iri = str(result_iri(env.job, f"{role.name}-{n}-0"))
-            env.archive.put(res_iri, output, kind="result",
-                            meta={"tool": call.name, "arguments": call.arguments,
-                                  "ok": outcome.ok, "role": role.name, "turn": n})
-            records.append(ToolRecord(call.name, call.arguments, outcome.ok, output, res_iri,
-                                      str(turn_iri(env.job, role.name, n))))
-            engine.add(Message("tool", output, (), call.id, call.name), iri=res_iri, tool=call.name)
-            summaries.append(TurnSummary(role.name, n, _describe(call, _first_line(output)),
-                                         str(turn_iri(env.job, role.name, n))))
-            await _progress(env, n, completion, call.name, summaries[-1].summary)
+            records.append(ToolRecord(call.name, call.arguments, outcome.ok, outcome.output,
+                                      res_iri, t_iri, outcome.data))
+            engine.add(Message("tool", outcome.output, (), call.id, call.name), iri=res_iri,
+                       tool=call.name)
+            summary = _describe(call, _first_line(outcome.output))
+            summaries.append(TurnSummary(role.name, n, summary, t_iri))
+            await _announce(env, n, t_iri, "turn", summary)
+            await _announce(env, n, res_iri, "result", summary, t_iri)
+            await _progress(env, n, completion, call.name, summary)
             state = transition(state, "done")
     log.info("agent.stopped", job=env.job, role=role.name, state=state.value, turns=turns)
     stats = engine.stats
     return AgentResult(role.name, state.value, finish, turns, tuple(summaries), tuple(records),
                        error, stats.prompt_tokens, stats.baseline_tokens, stats.compactions,
-                       stats.archived_results)
+                       stats.archived_results, usage, schema_tokens, replayed)
+
+
+async def _complete(env: AgentEnv, iri: str, n: int,
+                    request: LLMRequest) -> tuple[Completion, bool]:
+    """The turn's completion: replayed from L0 when archived, else asked of the model and
+    archived with its ledger row (then counted against the budget)."""
+    archived = await env.archive.find(iri)
+    if archived is not None:
+        return completion_from_turn(json.loads(archived.content or b"{}")), True
+    completion = await env.llm.complete(request)
+    await env.archive.put_turn(iri, _turn_body(env, n, request, completion),
+                               {"role": env.role.name, "turn": n}, CallRecord(
+        job=env.job, role=env.role.name, turn=n, model=completion.model,
+        prompt_tokens=completion.usage.prompt_tokens,
+        completion_tokens=completion.usage.completion_tokens,
+        cached_tokens=completion.usage.cached_tokens, latency_s=completion.latency_s,
+        cost_usd=completion.usage.cost_usd, created_at=env.now(), turn_iri=iri))
+    env.budget.record(env.role.name, completion.usage)
+    return completion, False
+
+
+async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Toolset,
+               ctx: ToolContext, *, repeated: bool) -> tuple[ToolOutcome, Toolset]:
+    """Run (or replay) one tool call and archive its result; tool_search may grow the set."""
+    archived = await env.archive.find(res_iri)
+    if call.name == "tool_search" and env.on_demand:
+        outcome, toolset = _tool_search(call.arguments, toolset, env.on_demand)
+    if archived is not None:
+        meta = archived.meta
+        text = (archived.content or b"").decode("utf-8", errors="replace")
+        return ToolOutcome(bool(meta.get("ok")), text, dict(meta.get("data") or {})), toolset
+    if call.name != "tool_search" or not env.on_demand:
+        tool = toolset.get(call.name)
+        intent = str(record_iri(env.job, "intent", f"{env.role.name}-{n}-0"))
+        if tool is not None and not tool.idempotent:
+            if await env.archive.find(intent) is not None:
+                outcome = ToolOutcome(False, INTERRUPTED)
+                log.warning("tool.call.interrupted", job=env.job, role=env.role.name, turn=n,
+                            tool=call.name)
+            else:
+                await env.archive.put(intent, call.arguments_json(), kind="intent",
+                                      meta={"tool": call.name, "role": env.role.name, "turn": n})
+                outcome = await toolset.call(call.name, call.arguments, ctx)
+        else:
+            outcome = await toolset.call(call.name, call.arguments, ctx)
+    if outcome.ok and repeated:
+        outcome = ToolOutcome(True, outcome.output + "\nYou already made this exact call. "
+                              "If your part is done, call finish.", outcome.data)
+    mark = await anyio.to_thread.run_sync(_workspace_mark, ctx.workspace)
+    await env.archive.put(res_iri, outcome.output, kind="result",
+                          meta={"tool": call.name, "arguments": call.arguments, "ok": outcome.ok,
+                                "role": env.role.name, "turn": n, "data": outcome.data,
+                                "workspace": mark})
+    return outcome, toolset
+
+
+def _workspace_mark(workspace: Path) -> str:
+    return fingerprint(snapshot(workspace))
+
+
+def _tool_search(arguments: Mapping[str, Any], toolset: Toolset,
+                 on_demand: Mapping[str, Toolset]) -> tuple[ToolOutcome, Toolset]:
+    group = arguments.get("group")
+    listing = "; ".join(f"{name}: {', '.join(ts.names)}" for name, ts in on_demand.items())
+    if not group:
+        return ToolOutcome(True, f"groups you may load: {listing}"), toolset
+    chosen = on_demand.get(str(group))
+    if chosen is None:
+        return ToolOutcome(False, f"error: no group {group!r} to load; {listing}"), toolset
+    merged = {t.name: t for t in (*toolset.tools, *chosen.tools)}
+    return (ToolOutcome(True, f"loaded {group}: {', '.join(chosen.names)}"),
+            Toolset(tuple(merged.values())))
+
+
+def completion_from_turn(body: Mapping[str, Any]) -> Completion:
+    """The Completion an archived turn recorded (its reply and usage)."""
+    reply = body.get("reply") or {}
+    calls = tuple(ToolCall(str(c.get("id", "")), str(c["function"]["name"]),
+                           json.loads(c["function"].get("arguments") or "{}"))
+                  for c in reply.get("tool_calls") or ())
+    u = body.get("usage") or {}
+    usage = Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0)),
+                  int(u.get("cached_tokens", 0)), float(u.get("cost_usd", 0.0)))
+    return Completion(Message("assistant", str(reply.get("content") or ""), calls), usage,
+                      float(body.get("latency_s", 0.0)), str(body.get("model", "")),
+                      raw=str(body.get("raw", "")))
 
 
 def memory_note(settings: ContextSettings) -> str:
@@ -250,14 +371,7 @@ def memory_note(settings: ContextSettings) -> str:
             "earlier turns that left the prompt and what earlier jobs recorded.")
 
 
-def _recall_text(engine: ContextEngine, query: str) -> str:
-    found = engine.recall(query)
-    if not found:
-        return ""  # the recall tool says when nothing at all was found
-    return "\n".join(f"#{e.turn} {e.role}: {e.summary} <{e.iri}>" for e in found)
-
-
-def _archive_turn(env: AgentEnv, iri: str, n: int, request: LLMRequest, c: Completion) -> None:
+def _turn_body(env: AgentEnv, n: int, request: LLMRequest, c: Completion) -> str:
     body = {
         "role": env.role.name,
         "turn": n,
@@ -271,22 +385,24 @@ def _archive_turn(env: AgentEnv, iri: str, n: int, request: LLMRequest, c: Compl
                   "cached_tokens": c.usage.cached_tokens, "cost_usd": c.usage.cost_usd},
         "latency_s": round(c.latency_s, 4),
     }
-    env.archive.put(iri, json.dumps(body, ensure_ascii=False, indent=1), kind="turn",
-                    media_type="application/json", meta={"role": env.role.name, "turn": n})
-    env.archive.record_call(CallRecord(
-        job=env.job, role=env.role.name, turn=n, model=c.model,
-        prompt_tokens=c.usage.prompt_tokens, completion_tokens=c.usage.completion_tokens,
-        cached_tokens=c.usage.cached_tokens, latency_s=c.latency_s, cost_usd=c.usage.cost_usd,
-        created_at=env.now(), turn_iri=iri,
-    ))
+    return json.dumps(body, ensure_ascii=False, indent=1)
+
+
+async def _announce(env: AgentEnv, n: int, iri: str, kind: str, summary: str,
+                    of_turn: str = "") -> None:
+    """Tell ingestion an item reached L0 (the content stays there)."""
+    await env.bus.publish(topics.archived(env.job), ArchivedMsg(
+        job=env.job, iri=iri, kind="turn" if kind == "turn" else "result", role=env.role.name,
+        turn=n, summary=summary, turn_iri=of_turn))
 
 
 async def _progress(env: AgentEnv, n: int, c: Completion, action: str, summary: str) -> None:
     spent = env.budget.usage
-    await env.bus.publish(f"job/{env.job}/events", JobEvent(job=env.job, event="turn", data={
+    await env.bus.publish(topics.events(env.job), JobEvent(job=env.job, event="turn", data={
         "role": env.role.name, "turn": n, "action": action, "summary": summary,
         "prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens,
-        "job_prompt_tokens": spent.prompt_tokens, "job_cost_usd": spent.cost_usd,
+        "job_prompt_tokens": spent.prompt_tokens,
+        "job_completion_tokens": spent.completion_tokens, "job_cost_usd": spent.cost_usd,
     }))
 
 
@@ -295,9 +411,9 @@ def _check_finish(role: RoleSpec, call: ToolCall) -> str | None:
     missing = [k for k in schema.get("required", []) if k not in call.arguments]
     if missing:
         return f"finish needs: {', '.join(missing)}"
-    for key, prop in schema.get("properties", {}).items():
-        if "enum" in prop and key in call.arguments and call.arguments[key] not in prop["enum"]:
-            return f"finish.{key} must be one of {', '.join(map(str, prop['enum']))}"
+    for key, prop_ in schema.get("properties", {}).items():
+        if "enum" in prop_ and key in call.arguments and call.arguments[key] not in prop_["enum"]:
+            return f"finish.{key} must be one of {', '.join(map(str, prop_['enum']))}"
     return None
 
 
@@ -309,5 +425,3 @@ def _describe(call: ToolCall, outcome: str) -> str:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "(no output)"
-
-

@@ -8,7 +8,7 @@ or wherever ``GLIDING_HOME`` points.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ class RoleSpec:
     examples: tuple[Message, ...] = ()
     finish_requires: tuple[str, ...] = ()  # tools that must have run before finish is offered
     finish_min_calls: int = 0  # successful tool calls needed before finish is offered
-    extra: dict[str, Any] = field(default_factory=dict)
+    tool_groups_on_demand: tuple[str, ...] = ()  # groups the role may load with tool_search
 
     def system_prompt(self) -> str:
         """Role prompt then numbered rules: U1.. for universal ones, <ROLE>1.. for the role's."""
@@ -67,6 +67,8 @@ def load_role(name: str, home: Path | None = None) -> RoleSpec:
             examples=_examples(data.get("examples") or [], name),
             finish_requires=tuple(str(t) for t in data.get("finish_requires") or ()),
             finish_min_calls=int(data.get("finish_min_calls", 0)),
+            tool_groups_on_demand=tuple(str(g) for g in data.get("tool_groups_on_demand")
+                                        or ()),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"roles/{name}.yaml: missing or bad field: {exc}") from exc

@@ -6,11 +6,17 @@ topic it travels on, so a message decodes to the same class wherever it is recei
     type            class            direction
     assignment      Assignment       supervisor -> agent: what to do this cycle/attempt
     plan            PlanMsg          PA -> supervisor: the plan steps
-    artifact        ArtifactMsg      DA -> supervisor: what was produced
+    artifact        ArtifactMsg      DA -> supervisor: files written, the results that wrote them
     check_report    CheckReportMsg   CA -> supervisor: per-check verdicts with evidence
     decision        DecisionMsg      AA -> supervisor: done, another cycle, or escalate
-    agent_done      AgentDone        agent -> supervisor: the agent finished its session
+    agent_done      AgentDone        agent -> observers: the agent finished its session
+    archived        ArchivedMsg      agent -> ingestion: a turn or tool result reached L0
     job_event       JobEvent         anyone -> observers: progress (role started, turn done ...)
+
+The four answers (plan, artifact, check_report, decision) share the fields of ``Answer``: the
+``job``, ``role``, ``cycle`` and ``attempt`` of the Assignment they answer (the supervisor
+correlates them by these and ignores anything else), how the agent's session ended (``status``,
+``error``), what it spent (``turns``, ``usage``) and one line per turn (``lines``).
 
 ``BusMessage`` is their union; ``to_json`` / ``from_json`` give the wire form that network
 backends send. The models are frozen; their dict and list fields are shared, not copied, between
@@ -25,6 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, 
 
 from gliding.errors import BusError
 
+AgentStatus = Literal["finished", "turn_cap", "budget", "failed"]
+
 
 class _Message(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -35,7 +43,11 @@ class _Message(BaseModel):
 
 
 class Assignment(_Message):
-    """Supervisor -> agent: the work of one role in one cycle and attempt."""
+    """Supervisor -> agent: the work of one role in one cycle and attempt.
+
+    ``options`` restricts AA's decision; ``turn_base`` is how many turns the role used before
+    this assignment, so turn numbers (and their L0 IRIs) are the same when a job resumes.
+    """
 
     type: Literal["assignment"] = "assignment"
     job: str
@@ -44,56 +56,104 @@ class Assignment(_Message):
     attempt: NonNegativeInt
     goal: str
     instructions: str
-    context: dict[str, Any] = Field(default_factory=dict)
+    options: list[str] = Field(default_factory=list)
+    turn_base: NonNegativeInt = 0
 
 
-class PlanMsg(_Message):
+class UsageWire(_Message):
+    """Tokens and cost, as the wire carries them (``core.messages.Usage`` in code)."""
+
+    prompt_tokens: NonNegativeInt = 0
+    completion_tokens: NonNegativeInt = 0
+    cached_tokens: NonNegativeInt = 0
+    cost_usd: float = 0.0
+
+
+class TurnLine(_Message):
+    """One turn of an agent for the report: what it did, and the full turn's IRI in L0."""
+
+    role: str
+    turn: NonNegativeInt
+    summary: str
+    iri: str
+
+
+class Answer(_Message):
+    """What every answer to an Assignment carries besides its own result."""
+
+    job: str
+    role: str
+    cycle: NonNegativeInt
+    attempt: NonNegativeInt = 0
+    status: AgentStatus = "finished"
+    error: str | None = None
+    turns: NonNegativeInt = 0
+    usage: UsageWire = UsageWire()
+    lines: list[TurnLine] = Field(default_factory=list)
+    context_tokens: NonNegativeInt = 0  # prompts the context engine built, cl100k
+    baseline_tokens: NonNegativeInt = 0  # the same prompts had every message been appended
+    schema_tokens: NonNegativeInt = 0  # the tool schemas of the role's last prompt
+
+
+class PlanMsg(Answer):
     """PA -> supervisor: the plan's steps; ``turn_iri`` points at the full turn in L0."""
 
     type: Literal["plan"] = "plan"
-    job: str
-    cycle: NonNegativeInt
+    role: str = "PA"
     steps: list[str]
     turn_iri: str | None = None
 
 
-class ArtifactMsg(_Message):
-    """DA -> supervisor: what one attempt produced (files in the workspace, IRIs in L0)."""
+class ArtifactMsg(Answer):
+    """DA -> supervisor: what one attempt produced: ``written`` maps each file DA wrote in the
+    workspace to the IRI of the tool result that wrote it; ``iris`` are all its results."""
 
     type: Literal["artifact"] = "artifact"
-    job: str
-    cycle: NonNegativeInt
-    attempt: NonNegativeInt
+    role: str = "DA"
     summary: str
     files: list[str] = Field(default_factory=list)
+    written: dict[str, str] = Field(default_factory=dict)
     iris: list[str] = Field(default_factory=list)
-    status: str
 
 
-class CheckReportMsg(_Message):
-    """CA -> supervisor: one entry per check, ``{check, status, evidence, expected}``."""
+class CheckOutcome(_Message):
+    """The verdict on one success check, with the evidence it rests on."""
+
+    check: str  # its description, e.g. "file hello.txt contains 'Hi'"
+    status: Literal["pass", "fail"]
+    evidence: str
+    expected: str | None = None
+    remedy: str = ""  # what would make it pass, e.g. "Write the file hello.txt containing ..."
+    path: str | None = None  # the workspace file it is about, if any
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+class CheckReportMsg(Answer):
+    """CA -> supervisor: one CheckOutcome per check; ``verified_by`` says who ran them ("CA"
+    when CA's run_checks call did, "CA (auto)" when CA finished without it)."""
 
     type: Literal["check_report"] = "check_report"
-    job: str
-    cycle: NonNegativeInt
-    attempt: NonNegativeInt
-    results: list[dict[str, Any]]
+    role: str = "CA"
+    results: list[CheckOutcome]
     passed: bool
     notes: str = ""
+    verified_by: str = "CA"
 
 
-class DecisionMsg(_Message):
+class DecisionMsg(Answer):
     """AA -> supervisor: finish, run another PDCA cycle, or hand the job to a human."""
 
     type: Literal["decision"] = "decision"
-    job: str
-    cycle: NonNegativeInt
+    role: str = "AA"
     decision: Literal["done", "another_cycle", "escalate"]
     report: str
 
 
 class AgentDone(_Message):
-    """Agent -> supervisor: the agent's session ended (``status`` says how)."""
+    """Agent -> observers: the agent's session ended (``status`` says how)."""
 
     type: Literal["agent_done"] = "agent_done"
     job: str
@@ -101,6 +161,20 @@ class AgentDone(_Message):
     status: str
     turns: NonNegativeInt
     summary: str
+
+
+class ArchivedMsg(_Message):
+    """Agent -> ingestion: an item reached L0 (``kind`` turn or result); the content stays in
+    L0, ``summary`` is the turn's one line."""
+
+    type: Literal["archived"] = "archived"
+    job: str
+    iri: str
+    kind: Literal["turn", "result"]
+    role: str
+    turn: NonNegativeInt
+    summary: str = ""
+    turn_iri: str = ""
 
 
 class JobEvent(_Message):
@@ -113,10 +187,14 @@ class JobEvent(_Message):
 
 
 BusMessage = Annotated[
-    Assignment | PlanMsg | ArtifactMsg | CheckReportMsg | DecisionMsg | AgentDone | JobEvent,
+    Assignment | PlanMsg | ArtifactMsg | CheckReportMsg | DecisionMsg | AgentDone | ArchivedMsg
+    | JobEvent,
     Field(discriminator="type"),
 ]
 """Any message the bus carries, discriminated by ``type``."""
+
+AnswerMsg = PlanMsg | ArtifactMsg | CheckReportMsg | DecisionMsg
+"""What an agent answers an Assignment with."""
 
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Assignment,
@@ -125,6 +203,7 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     CheckReportMsg,
     DecisionMsg,
     AgentDone,
+    ArchivedMsg,
     JobEvent,
 )
 

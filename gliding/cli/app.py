@@ -74,7 +74,8 @@ def _fail(exc: Exception) -> None:
 def run(
     task: Path = typer.Argument(..., help="The task file (task.yaml)."),
     model: str | None = typer.Option(None, "--model", "-m",
-                                     help="Model: local, local:/path.gguf or a litellm string."),
+                                     help="Model: local, local:/path.gguf, "
+                                     "scripted:replies.yaml or a litellm string."),
     json_out: bool = typer.Option(False, "--json", help="Print the final report as JSON."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Where job archives go."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
@@ -101,9 +102,75 @@ def run(
     except GlidingError as exc:
         _fail(exc)
         return
+    assert handle.report is not None  # a new job always has one
     data = report_dict(handle.report, archive=str(handle.archive), model=handle.model)
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if json_out else report_text(data))
     raise typer.Exit(0 if handle.report.outcome == "success" else 1)
+
+
+@app.command()
+def resume(
+    job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the final report as JSON."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where job archives are."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
+) -> None:
+    """Continue an interrupted job from its last journaled step (archived model turns and
+    tool results are replayed, not paid for or run again)."""
+    from gliding.errors import GlidingError
+
+    try:
+        import anyio
+
+        from gliding.cli.render import progress_line, report_dict, report_text
+        from gliding.core.iri import job_iri
+        from gliding.daemon.compose import resume_job
+
+        settings = _settings(_data_dir(data_dir))
+        job_iri(job)  # a bad job id is exit 2 before anything is opened
+
+        def show(event: Any) -> None:
+            line = None if quiet else progress_line(event)
+            if line:
+                typer.echo(line, err=True)
+
+        handle = anyio.run(lambda: resume_job(job, settings, on_event=show))
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    if handle.report is None:
+        typer.echo(f"job {job} already finished: {handle.finished_before}; nothing to resume")
+        raise typer.Exit(0)
+    data = report_dict(handle.report, archive=str(handle.archive), model=handle.model)
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if json_out else report_text(data))
+    raise typer.Exit(0 if handle.report.outcome == "success" else 1)
+
+
+@app.command()
+def jobs(
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Where job archives are."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per job."),
+) -> None:
+    """List the jobs of a data directory, newest first, with their status (a job killed
+    mid-run shows as interrupted: gliding resume JOB continues it)."""
+    from gliding.errors import GlidingError
+
+    try:
+        from gliding.daemon.jobs import list_jobs
+
+        settings = _settings(_data_dir(data_dir))
+        found = list_jobs(settings.data_dir)
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    if not found:
+        typer.echo(f"no jobs in {settings.data_dir}", err=True)
+    for info in found:
+        if json_out:
+            typer.echo(json.dumps(vars(info), ensure_ascii=False))
+        else:
+            resumed = f"  (resumed {info.resumes}×)" if info.resumes else ""
+            typer.echo(f"{info.job}  {info.status:<15} {info.goal[:60]}{resumed}")
 
 
 @config_app.command("show")
@@ -221,7 +288,7 @@ def memory_recall(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from gliding.context.tokens import TokenCounter
-        from gliding.daemon.compose import open_knowledge
+        from gliding.daemon.runtime import open_knowledge
 
         overrides = _data_dir(data_dir)
         if no_vectors:
@@ -274,7 +341,7 @@ def memory_graph(
 
 
 def _open_board(data_dir: Path | None, settings: Any = None) -> Any:
-    from gliding.daemon.compose import blackboard_path
+    from gliding.daemon.runtime import blackboard_path
     from gliding.errors import NotFoundError
     from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from gliding.bus.messages import JobEvent
-from gliding.scheduler.runner import JobReport
+from gliding.scheduler.report import JobReport
 
 
 def progress_line(event: JobEvent) -> str | None:
     d = event.data
     if event.event == "job.started":
         return f"job {event.job}: pipeline {' → '.join(d['pipeline'])} ({d['kind']}: {d['reason']})"
+    if event.event == "job.workspace_changed":
+        return (f"job {event.job}: the workspace changed since the job last recorded it; "
+                "the agents go on with it as it is now")
     if event.event == "role.started":
         return f"[{d['role']}] started (cycle {d['cycle']}, attempt {d['attempt']})"
     if event.event == "turn":
@@ -19,10 +22,13 @@ def progress_line(event: JobEvent) -> str | None:
                 f"| prompt {d['prompt_tokens']} tok, job {d['job_prompt_tokens']} tok, "
                 f"${d['job_cost_usd']:.4f}")
     if event.event == "role.finished":
-        return f"[{d['role']}] {d['status']} after {d['turns']} turn(s)"
+        replayed = f", {d['replayed']} replayed from the archive" if d.get("replayed") else ""
+        return f"[{d['role']}] {d['status']} after {d['turns']} turn(s){replayed}"
     if event.event == "check.report":
-        verdict = "all checks passed" if d["passed"] else "a check failed"
-        return f"[CA] {verdict} → {d['next']}"
+        if d["passed"]:
+            return f"[CA] all checks passed → {d['next']}"
+        failed = "; ".join(d.get("failed") or ()) or "a check failed"
+        return f"[CA] FAIL {failed} → {d['next']}"
     return None
 
 
@@ -30,6 +36,7 @@ def report_dict(report: JobReport, *, archive: str, model: str) -> dict[str, Any
     return {
         "job": report.job,
         "outcome": report.outcome,
+        "why": outcome_reason(report),
         "model": model,
         "pipeline": {"roles": list(report.pipeline.roles), "kind": report.pipeline.kind,
                      "reason": report.pipeline.reason},
@@ -40,11 +47,13 @@ def report_dict(report: JobReport, *, archive: str, model: str) -> dict[str, Any
         "report": report.report,
         "stopped": report.stopped,
         "checks_verified_by": report.checks_verified_by,
-        "checks": [{"check": r.check.describe(), "status": r.status, "evidence": r.evidence,
+        "checks": [{"check": r.check, "status": r.status, "evidence": r.evidence,
                     "expected": r.expected} for r in report.checks],
+        "checked_files": dict(report.checked_files),
         "roles": [{"role": r.role, "turns": r.turns, "prompt_tokens": r.usage.prompt_tokens,
                    "completion_tokens": r.usage.completion_tokens,
-                   "cached_tokens": r.usage.cached_tokens, "cost_usd": r.usage.cost_usd}
+                   "cached_tokens": r.usage.cached_tokens, "cost_usd": r.usage.cost_usd,
+                   "schema_tokens": r.schema_tokens}
                   for r in report.roles],
         "total": {"prompt_tokens": report.total.prompt_tokens,
                   "completion_tokens": report.total.completion_tokens,
@@ -59,42 +68,75 @@ def report_dict(report: JobReport, *, archive: str, model: str) -> dict[str, Any
             "by_role": {r: {"prompt_tokens": v[0], "append_only_baseline_tokens": v[1]}
                         for r, v in report.context_tokens.items()},
         },
+        "resumed": report.resumed,
+        "workspace_changed": report.workspace_changed,
         "wall_s": round(report.wall_s, 3),
         "archive": archive,
     }
 
 
+def outcome_reason(report: JobReport) -> str:
+    """Why the job ended as it did, in the words of the evidence."""
+    failed = [r for r in report.checks if not r.passed]
+    if report.outcome == "budget_exceeded":
+        return f"stopped: {report.stopped}"
+    if report.outcome == "error":
+        return f"stopped by an error: {report.stopped}"
+    if failed:
+        head = f"{len(failed)} of {len(report.checks)} checks failed"
+        return f"{head}: {failed[0].check}" + (" (AA escalated)" if report.decision ==
+                                                "escalate" else "")
+    if report.checks:
+        return f"every check passed (verified by {report.checks_verified_by})"
+    if report.outcome == "escalated":
+        return "AA escalated the job to a human"
+    return "the team finished; the task has no checks"
+
+
 def report_text(d: dict[str, Any]) -> str:
     lines = [
         "",
-        f"Outcome: {d['outcome'].upper()}   job {d['job']}   model {d['model']}   "
-        f"{d['wall_s']:.1f}s",
+        f"Outcome: {d['outcome'].upper()} — {d['why']}",
+        f"Job {d['job']}   model {d['model']}   {d['wall_s']:.1f}s"
+        + (f"   resumed {d['resumed']}×" if d.get("resumed") else ""),
         f"Pipeline: {' → '.join(d['pipeline']['roles'])} ({d['pipeline']['kind']}), "
         f"cycles {d['cycles']}, corrections {d['corrections']}",
     ]
     if d["stopped"]:
         lines.append(f"Stopped: {d['stopped']}")
     if d["decision"]:
-        lines.append(f"Decision: {d['decision']} — {d['report']}")
+        note = ""
+        if d["decision"] == "escalate" and d["outcome"] == "success":
+            note = " (not taken: every check passed)"
+        lines.append(f"AA's decision: {d['decision']}{note} — {d['report']}")
     lines.append(f"Checks (verified by {d['checks_verified_by']}):")
     for c in d["checks"] or [{"status": "-", "check": "no checks in the task", "evidence": ""}]:
         lines.append(f"  {c['status'].upper():4} {c['check']}")
         if c["evidence"]:
             lines.append(f"       evidence: {c['evidence']}")
-    lines.append("Tokens and cost per role:")
+    if d["checked_files"]:
+        lines.append("Checked files: " + ", ".join(f"{p} ({how})"
+                                                   for p, how in d["checked_files"].items()))
+    if d.get("workspace_changed"):
+        lines.append("Warning: the workspace changed behind the job's back before a resume.")
+    lines.append("Tokens and cost per role (as the model reported them):")
     lines.append(f"  {'role':4} {'turns':>5} {'prompt':>8} {'completion':>10} {'cached':>7} "
-                 f"{'cost $':>9}")
+                 f"{'cost $':>9} {'schema':>7}")
     for r in d["roles"]:
         lines.append(f"  {r['role']:4} {r['turns']:>5} {r['prompt_tokens']:>8} "
-                     f"{r['completion_tokens']:>10} {r['cached_tokens']:>7} {r['cost_usd']:>9.4f}")
+                     f"{r['completion_tokens']:>10} {r['cached_tokens']:>7} {r['cost_usd']:>9.4f}"
+                     f" {r['schema_tokens']:>7}")
     t = d["total"]
     lines.append(f"  {'all':4} {'':>5} {t['prompt_tokens']:>8} {t['completion_tokens']:>10} "
                  f"{t['cached_tokens']:>7} {t['cost_usd']:>9.4f}")
+    lines.append("  (schema: cl100k tokens of the tool schemas in the role's prompt)")
     ctx = d["context"]
     if ctx["append_only_baseline_tokens"]:
         saved = 1 - ctx["prompt_tokens"] / ctx["append_only_baseline_tokens"]
-        lines.append(f"Prompt tokens (cl100k, all calls): {ctx['prompt_tokens']} vs "
-                     f"{ctx['append_only_baseline_tokens']} append-only ({saved:.0%} saved)")
+        lines.append(f"Context engine: the prompts it built came to {ctx['prompt_tokens']} "
+                     f"cl100k tokens, against {ctx['append_only_baseline_tokens']} had every "
+                     f"message been appended ({saved:.0%} saved); the table counts the model's "
+                     "own tokenizer.")
     if d["artifacts"]:
         lines.append("Artifacts:")
         lines += [f"  {a['path']}  {a['iri']}" for a in d["artifacts"]]

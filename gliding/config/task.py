@@ -7,9 +7,11 @@ A task file says what to achieve and within which limits::
     model: local                # default: whatever settings / --model say
     pipeline: auto              # or a list of roles, e.g. [PA, DA, CA]; must contain DA
     budgets:
-      turns: 6                  # every role, or {PA: 2, DA: 6, CA: 3, AA: 2}
-      prompt_tokens: 200000     # whole job
-      cost_usd: 1.0             # whole job
+      turns: 6                  # every role, or {PA: 2, DA: 6}; a role left out keeps the
+                                # max_turns of its role file (roles/<ROLE>.yaml)
+      prompt_tokens: 200000     # whole job, or per role: {DA: 150000, CA: 20000}
+      completion_tokens: 20000  # whole job, or per role
+      cost_usd: 1.0             # whole job, or per role
       wall_time_s: 900          # whole job
     checks:
       - file_exists: hello.txt
@@ -34,6 +36,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -53,9 +56,6 @@ AgentRole = Literal["PA", "DA", "CA", "AA"]
 AGENT_ROLES: tuple[AgentRole, ...] = ("PA", "DA", "CA", "AA")
 """Plan, Do, Check and Act agents, in PDCA order."""
 
-DEFAULT_TURNS: dict[str, int] = {"PA": 3, "DA": 6, "CA": 3, "AA": 2}
-"""Turns per role when the task file does not say."""
-
 CHECK_KINDS = ("file_exists", "file_contains", "command")
 
 _HINT = "see docs/config.md, section 'Task files'"
@@ -70,12 +70,13 @@ class Task:
     workspace: Path  # absolute and resolved; may not exist yet
     model: str | None  # None: settings or --model decide
     pipeline: Literal["auto"] | tuple[str, ...]
-    turns: dict[str, int]  # every role in AGENT_ROLES
-    prompt_tokens: int | None
-    cost_usd: float | None
+    turns: dict[str, int]  # the roles the task file caps; the others keep their role file's
+    prompt_tokens: int | dict[str, int] | None  # a number for the job, or per role
+    cost_usd: float | dict[str, float] | None
     wall_time_s: float | None
     checks: tuple[Check, ...]
     source: Path  # the task file, absolute
+    completion_tokens: int | dict[str, int] | None = None
 
 
 def load_task(path: Path) -> Task:
@@ -126,13 +127,65 @@ def load_task(path: Path) -> Task:
         workspace=workspace,
         model=spec.model,
         pipeline=spec.pipeline,
-        turns={role: getattr(turns, role) for role in AGENT_ROLES},
-        prompt_tokens=spec.budgets.prompt_tokens,
-        cost_usd=spec.budgets.cost_usd,
+        turns={role: n for role in AGENT_ROLES if (n := getattr(turns, role)) is not None},
+        prompt_tokens=_plain(spec.budgets.prompt_tokens),
+        completion_tokens=_plain(spec.budgets.completion_tokens),
+        cost_usd=_plain(spec.budgets.cost_usd),
         wall_time_s=spec.budgets.wall_time_s,
         checks=tuple(check.to_check() for check in spec.checks),
         source=path.resolve(),
     )
+
+
+def _plain(value: int | float | BaseModel | None) -> Any:
+    """A budget as ``Task`` holds it: a number, a dict of the roles given, or None."""
+    if isinstance(value, BaseModel):
+        return {k: v for k, v in value.model_dump().items() if v is not None}
+    return value
+
+
+def task_record(task: Task) -> dict[str, Any]:
+    """``task`` as JSON values (kept in the job's archive so a resumed job needs no file)."""
+    return {
+        "goal": task.goal, "workspace": str(task.workspace), "model": task.model,
+        "pipeline": task.pipeline if isinstance(task.pipeline, str) else list(task.pipeline),
+        "turns": dict(task.turns), "prompt_tokens": task.prompt_tokens,
+        "completion_tokens": task.completion_tokens, "cost_usd": task.cost_usd,
+        "wall_time_s": task.wall_time_s, "source": str(task.source),
+        "checks": [_check_record(c) for c in task.checks],
+    }
+
+
+def task_from_record(data: dict[str, Any]) -> Task:
+    """The Task ``task_record`` wrote. Raises TaskFileError when the record is damaged."""
+    try:
+        pipeline = data["pipeline"]
+        return Task(
+            goal=str(data["goal"]), workspace=Path(data["workspace"]), model=data.get("model"),
+            pipeline="auto" if pipeline == "auto" else tuple(pipeline),
+            turns={str(k): int(v) for k, v in (data.get("turns") or {}).items()},
+            prompt_tokens=data.get("prompt_tokens"), cost_usd=data.get("cost_usd"),
+            completion_tokens=data.get("completion_tokens"),
+            wall_time_s=data.get("wall_time_s"), source=Path(data["source"]),
+            checks=tuple(_check_from(c) for c in data.get("checks") or ()))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TaskFileError(f"the job's archived task record is damaged: {exc}") from exc
+
+
+def _check_record(check: Check) -> dict[str, Any]:
+    if isinstance(check, FileExists):
+        return {"kind": check.kind, "path": check.path}
+    if isinstance(check, FileContains):
+        return {"kind": check.kind, "path": check.path, "text": check.text}
+    return {"kind": check.kind, "command": check.command, "timeout_s": check.timeout_s}
+
+
+def _check_from(data: dict[str, Any]) -> Check:
+    if data["kind"] == "file_exists":
+        return FileExists(str(data["path"]))
+    if data["kind"] == "file_contains":
+        return FileContains(str(data["path"]), str(data["text"]))
+    return CommandSucceeds(str(data["command"]), float(data["timeout_s"]))
 
 
 # --- the schema: pydantic at the edge ---------------------------------------------------------
@@ -181,17 +234,59 @@ class TurnsSpec(_Spec):
 
     unknown_key_noun: ClassVar[str] = "role"
 
-    PA: int = Field(DEFAULT_TURNS["PA"], ge=1)
-    DA: int = Field(DEFAULT_TURNS["DA"], ge=1)
-    CA: int = Field(DEFAULT_TURNS["CA"], ge=1)
-    AA: int = Field(DEFAULT_TURNS["AA"], ge=1)
+    PA: int | None = Field(None, ge=1)
+    DA: int | None = Field(None, ge=1)
+    CA: int | None = Field(None, ge=1)
+    AA: int | None = Field(None, ge=1)
+
+
+class TokensPerRole(_Spec):
+    """A token budget per role; the roles left out have none of their own."""
+
+    unknown_key_noun: ClassVar[str] = "role"
+
+    PA: int | None = Field(None, ge=1)
+    DA: int | None = Field(None, ge=1)
+    CA: int | None = Field(None, ge=1)
+    AA: int | None = Field(None, ge=1)
+
+
+class CostPerRole(_Spec):
+    """A cost budget per role (USD)."""
+
+    unknown_key_noun: ClassVar[str] = "role"
+
+    PA: float | None = Field(None, ge=0)
+    DA: float | None = Field(None, ge=0)
+    CA: float | None = Field(None, ge=0)
+    AA: float | None = Field(None, ge=0)
+
+
+_TOKENS: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(ge=1)])
+_COST: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(ge=0, allow_inf_nan=False)])
 
 
 class BudgetsSpec(_Spec):
     turns: TurnsSpec = TurnsSpec()
-    prompt_tokens: int | None = Field(None, ge=1)
-    cost_usd: float | None = Field(None, ge=0)
+    prompt_tokens: Annotated[int, Field(ge=1)] | TokensPerRole | None = None
+    completion_tokens: Annotated[int, Field(ge=1)] | TokensPerRole | None = None
+    cost_usd: Annotated[float, Field(ge=0)] | CostPerRole | None = None
     wall_time_s: float | None = Field(None, gt=0)
+
+    @field_validator("prompt_tokens", "completion_tokens", "cost_usd", mode="before")
+    @classmethod
+    def _number_or_roles(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None or isinstance(value, dict | BaseModel):
+            return value
+        number = _COST if info.field_name == "cost_usd" else _TOKENS
+        try:
+            return number.validate_python(value, strict=True)
+        except ValidationError as exc:
+            raise _invalid(f"{exc.errors()[0]['msg']}, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _invalid(f"must be a number (the whole job) or a mapping of role to number "
+                           f"like {{DA: 1000}}, got a {_kind(value)}")
+        return value
 
     @field_validator("turns", mode="before")
     @classmethod

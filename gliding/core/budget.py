@@ -1,5 +1,5 @@
-"""Budgets of a job: turns per role, prompt tokens, cost and wall time. Pure arithmetic; the
-caller passes ``now`` from its clock."""
+"""Budgets of a job: turns per role, prompt and completion tokens and cost (for the job and per
+role), and wall time. Pure arithmetic; the caller passes ``now`` from its clock."""
 
 from __future__ import annotations
 
@@ -10,15 +10,25 @@ from gliding.core.messages import Usage
 
 @dataclass(frozen=True)
 class Limits:
-    turns: dict[str, int]
+    """Job-wide limits (None: none) and per-role ones (``role_*``: only the roles named).
+
+    ``turns`` caps the turns of one assignment of a role; a role missing from it keeps the
+    cap of its role file.
+    """
+
+    turns: dict[str, int] = field(default_factory=dict)
     prompt_tokens: int | None = None
+    completion_tokens: int | None = None
     cost_usd: float | None = None
     wall_time_s: float | None = None
+    role_prompt_tokens: dict[str, int] = field(default_factory=dict)
+    role_completion_tokens: dict[str, int] = field(default_factory=dict)
+    role_cost_usd: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class BudgetTracker:
-    """Spending so far; ``exhausted`` says which job-wide limit ran out, if any."""
+    """Spending so far; ``exhausted`` says which limit ran out, if any."""
 
     limits: Limits
     started_at: float
@@ -34,12 +44,26 @@ class BudgetTracker:
         self.turns[role] = self.turns.get(role, 0) + 1
         return self.turns[role]
 
-    def exhausted(self, now: float) -> str | None:
+    def exhausted(self, now: float, role: str | None = None) -> str | None:
+        """Why no further model call may be made (by ``role``, if given), or None."""
         lim = self.limits
-        if lim.prompt_tokens is not None and self.usage.prompt_tokens >= lim.prompt_tokens:
+        spent = self.usage
+        if lim.prompt_tokens is not None and spent.prompt_tokens >= lim.prompt_tokens:
             return f"prompt token budget of {lim.prompt_tokens} spent"
-        if lim.cost_usd is not None and self.usage.cost_usd > lim.cost_usd:
+        if lim.completion_tokens is not None and spent.completion_tokens >= lim.completion_tokens:
+            return f"completion token budget of {lim.completion_tokens} spent"
+        if lim.cost_usd is not None and spent.cost_usd > lim.cost_usd:
             return f"cost budget of ${lim.cost_usd:.4f} exceeded"
         if lim.wall_time_s is not None and now - self.started_at >= lim.wall_time_s:
             return f"wall time budget of {lim.wall_time_s:g}s spent"
+        if role is None:
+            return None
+        mine = self.by_role.get(role, Usage())
+        if (cap := lim.role_prompt_tokens.get(role)) is not None and mine.prompt_tokens >= cap:
+            return f"{role}'s prompt token budget of {cap} spent"
+        if ((cap := lim.role_completion_tokens.get(role)) is not None
+                and mine.completion_tokens >= cap):
+            return f"{role}'s completion token budget of {cap} spent"
+        if (cost := lim.role_cost_usd.get(role)) is not None and mine.cost_usd > cost:
+            return f"{role}'s cost budget of ${cost:.4f} exceeded"
         return None

@@ -37,7 +37,6 @@ from urllib.parse import quote
 
 import structlog
 
-from gliding.core.checks import CheckResult
 from gliding.core.iri import hashed_segment, record_iri
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
@@ -66,6 +65,19 @@ class ToolCall(Protocol):
     def output(self) -> str: ...
     @property
     def iri(self) -> str: ...
+
+
+class Verdict(Protocol):
+    """One check verdict as the CA reports it (``bus.messages.CheckOutcome``)."""
+
+    @property
+    def check(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def evidence(self) -> str: ...
+    @property
+    def path(self) -> str | None: ...
 
 
 class Ingestor:
@@ -180,18 +192,29 @@ class Ingestor:
         return self.put({"@id": archived_iri, "@type": "Artifact", "path": path,
                          "partOf": self.job_iri})
 
-    def check_report(self, cycle: int, attempt: int, results: Sequence[CheckResult]) -> list[str]:
+    def check_report(self, cycle: int, attempt: int, results: Sequence[Verdict]) -> list[str]:
         out = []
         for i, r in enumerate(results, 1):
             about = self.job_iri
-            path = getattr(r.check, "path", None)
-            if isinstance(path, str):
-                about = f"{self.job_iri}/artifact/{quote(path, safe='')}"
+            if isinstance(r.path, str):
+                about = f"{self.job_iri}/artifact/{quote(r.path, safe='')}"
             out.append(self.put({
                 "@id": f"{self.job_iri}/check/{cycle}.{attempt}/{i}", "@type": "CheckReport",
-                "status": r.status, "about": [about], "text": r.check.describe(),
+                "status": r.status, "about": [about], "text": r.check,
                 "summary": r.evidence[:500], "partOf": self.job_iri}))
         return out
+
+    def restore(self) -> int:
+        """Take up the revisions an earlier run of this job archived (a resumed job), so an
+        unchanged node is not archived again; returns how many nodes it knew."""
+        for item in self.archive.list(kind="node"):
+            node = item.meta.get("node")
+            if not isinstance(node, str):
+                continue
+            revision = int(item.iri.rsplit("/", 1)[-1])
+            if revision >= self._revisions.get(node, (0, ""))[0]:
+                self._revisions[node] = (revision, item.sha256)
+        return len(self._revisions)
 
     def decision(self, cycle: int, decision: str, report: str) -> str:
         return self.put({"@id": f"{self.job_iri}/decision/{cycle}", "@type": "Decision",

@@ -1,16 +1,23 @@
-"""The Tool value, argument checking, and the Toolset a role gets from its tool groups.
+"""The Tool value, argument checking, tool groups, and the Toolset a role gets from them.
 
-A role names tool groups ("read", "write", "exec", "check"); ToolGroupManager turns those names
-into a Toolset whose ``call`` never raises: a refused, failing or crashing tool comes back as a
-ToolOutcome with ``ok=False`` and a message the model can act on.
+A ``ToolGroup`` is an object that owns what its tools need (the task's checks, an archive
+reader, long-term memory), opens and closes it (``open`` / ``aclose``), and offers its tools.
+A role names tool groups ("read", "write", "exec", "check", "memory", "knowledge");
+ToolGroupManager turns those names into a Toolset whose ``call`` never raises: a refused,
+failing or crashing tool comes back as a ToolOutcome with ``ok=False`` and a message the model
+can act on. A group the job could not provide (e.g. "knowledge" without a blackboard) is
+``unavailable``: a role that names it simply does not get it.
+
+``ToolContext`` carries what differs per call site: the workspace, the tool settings, and the
+agent session's own memory (``SessionRecall``, for ``recall``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gliding.config.settings import ToolSettings
 from gliding.core.messages import ToolSpec
@@ -27,13 +34,30 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 _ARTICLE = {"integer": "an", "array": "an", "object": "an"}
 
 
+class SessionRecall(Protocol):
+    """One agent session's memory of its own earlier turns (the context engine's L1 chain)."""
+
+    def recall(self, query: str) -> str:
+        """Lines about earlier turns matching ``query``; "" when none. Raises nothing."""
+        ...
+
+
 @dataclass(frozen=True)
 class ToolContext:
-    """What a tool may touch: the workspace, the tool settings, and per-task extras (checks)."""
+    """What a tool may touch: the workspace, the tool settings, the session's own memory."""
 
     workspace: Path
     settings: ToolSettings
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    session: SessionRecall | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool may return instead of plain text: the text plus structured ``data`` the
+    caller keeps with the archived result (e.g. the check verdicts of run_checks)."""
+
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -42,6 +66,7 @@ class ToolOutcome:
 
     ok: bool
     output: str
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 def prop(type_: str, description: str, **more: Any) -> dict[str, Any]:
@@ -61,7 +86,8 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
-    run: Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+    run: Callable[[dict[str, Any], ToolContext], Awaitable[str | ToolOutput]]
+    idempotent: bool = True  # False: running it twice may differ (a shell command)
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
@@ -163,34 +189,91 @@ class Toolset:
             return ToolOutcome(False, f"error: {exc}")
         except Exception as exc:  # the loop must survive any tool bug; the model sees it
             return ToolOutcome(False, f"error: {tool.name} failed: {type(exc).__name__}: {exc}")
+        if isinstance(output, ToolOutput):
+            return ToolOutcome(True, output.text, output.data)
         return ToolOutcome(True, output)
+
+    def get(self, name: str) -> Tool | None:
+        return self._by_name.get(name)
+
+
+class ToolGroup:
+    """A named set of tools and the resources they use; subclasses open and close those."""
+
+    def __init__(self, name: str, tools: Iterable[Tool], description: str = "") -> None:
+        self.name = name
+        self.tools: tuple[Tool, ...] = tuple(tools)
+        self.description = description or ", ".join(t.name for t in self.tools)
+
+    async def open(self) -> None:
+        """Acquire what the tools need. Raises GlidingError when that fails."""
+
+    async def aclose(self) -> None:
+        """Release it; closing twice is harmless. Raises nothing."""
+
+    def __repr__(self) -> str:
+        return f"ToolGroup({self.name!r}, {[t.name for t in self.tools]})"
 
 
 class ToolGroupManager:
-    """Named groups of tools; a role's group names become its Toolset."""
+    """Named tool groups; a role's group names become its Toolset.
 
-    def __init__(self, groups: Mapping[str, Sequence[Tool]]) -> None:
-        self._groups = {name: tuple(tools) for name, tools in groups.items()}
+    ``unavailable`` names groups this job cannot offer (a role naming one goes without it).
+    """
+
+    def __init__(self, groups: Mapping[str, Sequence[Tool]] | Iterable[ToolGroup],
+                 unavailable: Iterable[str] = ()) -> None:
+        if isinstance(groups, Mapping):
+            groups = [ToolGroup(name, tools) for name, tools in groups.items()]
+        self._groups: dict[str, ToolGroup] = {}
+        for group in groups:
+            if group.name in self._groups:
+                raise ToolError(f"two tool groups are named {group.name!r}")
+            self._groups[group.name] = group
+        self.unavailable = frozenset(unavailable) - set(self._groups)
 
     @property
     def group_names(self) -> tuple[str, ...]:
         return tuple(self._groups)
 
+    def group(self, name: str) -> ToolGroup | None:
+        return self._groups.get(name)
+
+    async def open(self) -> None:
+        """Open every group, in order (a failure closes the ones already open)."""
+        opened: list[ToolGroup] = []
+        try:
+            for group in self._groups.values():
+                await group.open()
+                opened.append(group)
+        except BaseException:
+            for group in reversed(opened):
+                await group.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        for group in reversed(list(self._groups.values())):
+            await group.aclose()
+
     def toolset(self, group_names: Sequence[str], extra_tools: Sequence[Tool] = ()) -> Toolset:
-        """The tools of ``group_names`` plus ``extra_tools``, in order, each name once.
+        """The tools of ``group_names`` plus ``extra_tools``, in order, each name once; groups
+        the job cannot offer (``unavailable``) are left out.
 
         Raises:
             ToolError: an unknown group name, or two different tools with the same name.
         """
         chosen: dict[str, Tool] = {}
-        for group in group_names:
-            if group not in self._groups:
+        for name in group_names:
+            if name in self.unavailable:
+                continue
+            group = self._groups.get(name)
+            if group is None:
                 known = ", ".join(sorted(self._groups)) or "none"
                 raise ToolError(
-                    f"unknown tool group {group!r}; known groups: {known}",
+                    f"unknown tool group {name!r}; known groups: {known}",
                     hint="fix the role's tool groups",
                 )
-            for tool in self._groups[group]:
+            for tool in group.tools:
                 _add(chosen, tool)
         for tool in extra_tools:
             _add(chosen, tool)
@@ -207,12 +290,9 @@ def _add(chosen: dict[str, Tool], tool: Tool) -> None:
 
 
 def builtin_groups() -> dict[str, list[Tool]]:
-    """The builtin tool groups: read, write, exec, check, memory (archived results and recall)
-    and knowledge (the blackboard searched and queried: kg_search, knowledge_query)."""
-    from gliding.tools.checks import RUN_CHECKS
+    """The tool groups that need nothing but the workspace: read, write and exec (the others
+    own resources: see ``gliding.tools.groups.job_groups``)."""
     from gliding.tools.files import EDIT_FILE, LIST_DIR, READ_FILE, WRITE_FILE
-    from gliding.tools.knowledge import KG_SEARCH, KNOWLEDGE_QUERY
-    from gliding.tools.readback import GREP_RESULT, READ_RESULT, RECALL
     from gliding.tools.search import GLOB, GREP
     from gliding.tools.shell import BASH
 
@@ -220,7 +300,4 @@ def builtin_groups() -> dict[str, list[Tool]]:
         "read": [READ_FILE, LIST_DIR, GLOB, GREP],
         "write": [WRITE_FILE, EDIT_FILE],
         "exec": [BASH],
-        "check": [RUN_CHECKS],
-        "memory": [READ_RESULT, GREP_RESULT, RECALL],
-        "knowledge": [KG_SEARCH, KNOWLEDGE_QUERY],
     }

@@ -4,6 +4,10 @@ file_exists and file_contains read the workspace (confined like every tool); com
 in the bash sandbox (filtered env, own process group, timeout = the check's ``timeout_s``).
 A check that cannot be run (a path outside the workspace, an unreadable file) fails with the
 reason as its evidence; it never raises.
+
+``ChecksGroup`` is the "check" tool group: it owns the task's checks and offers ``run_checks``,
+whose archived result keeps the verdicts as data (``outcomes``) so CA's report is the run it
+made, not a second one.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from typing import Any
 
 import anyio.to_thread
 
+from gliding.bus.messages import CheckOutcome
 from gliding.config.settings import ToolSettings
 from gliding.core.checks import Check, CheckResult, CommandSucceeds, FileContains, FileExists
 from gliding.errors import ToolError
-from gliding.tools.base import Tool, ToolContext, schema
+from gliding.tools.base import Tool, ToolContext, ToolGroup, ToolOutput, schema
 from gliding.tools.shell import run_command
 from gliding.tools.workspace import display_path, resolve_in_workspace, workspace_root
 
@@ -129,16 +134,37 @@ def format_report(results: Sequence[CheckResult]) -> str:
     return "\n".join(lines)
 
 
-async def _run_checks(args: dict[str, Any], ctx: ToolContext) -> str:
-    checks = ctx.extra.get("checks") or ()
-    if not checks:
-        return "this task defines no checks"
-    return format_report(await run_checks_on(list(checks), ctx.workspace, ctx.settings))
+def outcome_of(result: CheckResult) -> CheckOutcome:
+    """The wire form of one verdict, with what would make it pass."""
+    return CheckOutcome(check=result.check.describe(), status="pass" if result.passed else "fail",
+                        evidence=result.evidence, expected=result.expected,
+                        remedy=result.check.remedy(), path=getattr(result.check, "path", None))
 
 
-RUN_CHECKS = Tool(
-    "run_checks",
-    "Run the task's success checks; reports PASS/FAIL with evidence.",
-    schema(),
-    _run_checks,
-)
+def outcomes_in(data: dict[str, Any]) -> list[CheckOutcome] | None:
+    """The verdicts a run_checks result kept (None when ``data`` has none)."""
+    raw = data.get("checks")
+    if not isinstance(raw, list):
+        return None
+    return [CheckOutcome.model_validate(item) for item in raw]
+
+
+class ChecksGroup(ToolGroup):
+    """The "check" group: ``run_checks`` over the task's success checks."""
+
+    def __init__(self, checks: Sequence[Check]) -> None:
+        self.checks = tuple(checks)
+        super().__init__("check", [Tool(
+            "run_checks", "Run the task's success checks; reports PASS/FAIL with evidence.",
+            schema(), self._run_checks)], "run the task's success checks")
+
+    async def run(self, ctx: ToolContext) -> list[CheckOutcome]:
+        results = await run_checks_on(self.checks, ctx.workspace, ctx.settings)
+        return [outcome_of(r) for r in results]
+
+    async def _run_checks(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        if not self.checks:
+            return ToolOutput("this task defines no checks", {"checks": []})
+        results = await run_checks_on(self.checks, ctx.workspace, ctx.settings)
+        return ToolOutput(format_report(results),
+                          {"checks": [outcome_of(r).model_dump() for r in results]})

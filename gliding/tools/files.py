@@ -251,6 +251,7 @@ EDIT_FILE = Tool(
         replace_all=prop("boolean", "replace every occurrence (default false)"),
     ),
     _edit_file,
+    idempotent=False,
 )
 LIST_DIR = Tool(
     "list_dir",

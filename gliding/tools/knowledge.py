@@ -6,28 +6,28 @@
   graph, reached with ``GRAPH ?g { ... }`` — one line per row of ``var=value`` pairs (IRIs as
   they are, strings quoted).
 
-Like the read-back tools these never import the memory package: the runner puts callables into
-``ToolContext.extra``: ``extra["kg_search"]`` ((query, k=None) -> hits, each with ``type``,
-``iri`` and ``text``; the runner's default k and token budget apply when ``k`` is left out) and
-``extra["knowledge_query"]`` (sparql -> rows, dicts of variable -> value, where an IRI value has
-an ``iri`` and another typed literal a ``value``). They run on a worker thread, so a slow query
-or the first search (which may load the embedder) does not stall the event loop. A GlidingError
-from either — a refused or malformed query, a timeout, a store that failed — comes back to the
-model as ``error: <message>`` with its hint. Every answer is at most ``MAX_CHARS`` characters.
+``KnowledgeGroup`` (the "knowledge" tool group) owns a ``KnowledgeAccess``: long-term memory
+as the tools need it, implemented over the knowledge memory by
+``gliding.memory.knowledge_access`` (these tools never import the memory package). Its calls
+run on a worker thread, so a slow query or the first search (which may load the embedder) does
+not stall the event loop. A GlidingError from either — a refused or malformed query, a
+timeout, a store that failed — comes back to the model as ``error: <message>`` with its hint.
+Every answer is at most ``MAX_CHARS`` characters. A job without a blackboard has no
+KnowledgeGroup: its roles are not offered these tools.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
 from gliding.core.text import clip, one_line
 from gliding.errors import GlidingError, ToolError
-from gliding.tools.base import Tool, ToolContext, prop, schema
+from gliding.tools.base import Tool, ToolContext, ToolGroup, prop, schema
 
 MAX_CHARS = 4000  # one answer, notices included
 MAX_K = 50
@@ -77,49 +77,77 @@ def bounded(lines: Iterable[str], noun: str, limit: int = MAX_CHARS) -> str:
     return "\n".join(kept) + (f"\n[{rest} more {noun}]" if rest else "")
 
 
-async def _call(ctx: ToolContext, key: str, what: str, *args: Any, **kwargs: Any) -> Any:
-    function: Callable[..., Any] | None = ctx.extra.get(key)
-    if function is None:
-        raise ToolError(f"{what} is not available in this session",
-                        hint="the job has no blackboard (see the blackboard.unavailable log)")
+class KnowledgeAccess(Protocol):
+    """Long-term memory as the recall and knowledge tools use it (sync: called on a thread)."""
+
+    def recall(self, query: str) -> str:
+        """What memory holds about ``query``, packed into the recall budget; "" for nothing.
+        Raises GlidingError when the store fails."""
+        ...
+
+    def search(self, query: str, k: int | None = None) -> Sequence[Any]:
+        """Hits (each with ``type``, ``iri`` and ``text``), best first, within the budget.
+        Raises GlidingError when the store fails."""
+        ...
+
+    def query(self, sparql: str) -> list[dict[str, Any]]:
+        """Rows of a read-only SPARQL query. Raises GlidingError (refused, bad, timed out)."""
+        ...
+
+
+async def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return await anyio.to_thread.run_sync(partial(function, *args, **kwargs))
     except GlidingError as exc:
         raise ToolError(exc.message, hint=exc.hint) from exc
 
 
-async def _kg_search(args: dict[str, Any], ctx: ToolContext) -> str:
-    query = str(args["query"]).strip()
-    if not query:
-        raise ToolError("kg_search: query is empty", hint="pass the words to look for")
-    k = args.get("k")
-    if k is not None and k < 1:
-        raise ToolError(f"kg_search: k must be at least 1, got {k}")
-    more = {} if k is None else {"k": min(int(k), MAX_K)}
-    hits = await _call(ctx, "kg_search", "long-term memory", query, **more)
-    if not hits:
-        return f"nothing found for {query!r}"
-    return bounded((hit_line(h) for h in hits), "hits")
+class KnowledgeGroup(ToolGroup):
+    """The "knowledge" group: kg_search and knowledge_query over ``access``."""
+
+    def __init__(self, access: KnowledgeAccess) -> None:
+        self.access = access
+        super().__init__("knowledge", [
+            Tool(KG_SEARCH.name, KG_SEARCH.description, KG_SEARCH.parameters, self._kg_search),
+            Tool(KNOWLEDGE_QUERY.name, KNOWLEDGE_QUERY.description, KNOWLEDGE_QUERY.parameters,
+                 self._knowledge_query),
+        ], "search and query the team's long-term memory (every job's blackboard)")
+
+    async def _kg_search(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        query = str(args["query"]).strip()
+        if not query:
+            raise ToolError("kg_search: query is empty", hint="pass the words to look for")
+        k = args.get("k")
+        if k is not None and k < 1:
+            raise ToolError(f"kg_search: k must be at least 1, got {k}")
+        hits = await _call(self.access.search, query, None if k is None else min(int(k), MAX_K))
+        if not hits:
+            return f"nothing found for {query!r}"
+        return bounded((hit_line(h) for h in hits), "hits")
+
+    async def _knowledge_query(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        sparql = str(args["sparql"])
+        rows = await _call(self.access.query, sparql)
+        if not rows:
+            note = "" if "GRAPH" in sparql.upper() else (
+                " (nodes sit in one named graph per job: match them inside GRAPH ?g { ... })")
+            return "no rows" + note
+        return bounded((render_row(r) for r in rows), "rows")
 
 
-async def _knowledge_query(args: dict[str, Any], ctx: ToolContext) -> str:
-    sparql = str(args["sparql"])
-    rows = await _call(ctx, "knowledge_query", "the blackboard", sparql)
-    if not rows:
-        note = "" if "GRAPH" in sparql.upper() else (
-            " (nodes sit in one named graph per job: match them inside GRAPH ?g { ... })")
-        return "no rows" + note
-    return bounded((render_row(r) for r in rows), "rows")
+async def _unbound(args: dict[str, Any], ctx: ToolContext) -> str:
+    raise ToolError("long-term memory is not available in this session",
+                    hint="the job has no blackboard (see the blackboard.unavailable log)")
 
 
 KG_SEARCH = Tool(
     "kg_search", "Search the team's long-term memory (every job) by words and meaning.",
     schema(["query"], query=prop("string", "what to look for"),
            k=prop("integer", f"how many nodes, at most {MAX_K}")),
-    _kg_search)
+    _unbound)
 KNOWLEDGE_QUERY = Tool(
     "knowledge_query", "Read-only SPARQL over the blackboard; rows as var=value lines.",
     schema(["sparql"], sparql=prop(
         "string", "SELECT, ASK, CONSTRUCT or DESCRIBE; gl: is predeclared; "
                   "nodes sit in GRAPH ?g { ... }")),
-    _knowledge_query)
+    _unbound)

@@ -186,4 +186,5 @@ BASH = Tool(
     "Run a bash command in the workspace; returns exit code and output.",
     schema(["command"], command=prop("string", "bash command line")),
     _bash,
+    idempotent=False,
 )

@@ -15,8 +15,10 @@ from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker, Limits
 from gliding.errors import ConfigError
 from gliding.memory.archive import Archive
+from gliding.memory.archive_port import LocalArchive
 from gliding.testing import ScriptedLLM, call
-from gliding.tools.base import ToolContext, ToolGroupManager, builtin_groups
+from gliding.tools.base import ToolContext
+from gliding.tools.groups import job_groups
 
 
 def test_every_non_terminal_state_can_reach_a_terminal_one() -> None:
@@ -59,10 +61,11 @@ def test_a_malformed_role_file_is_a_config_error(tmp_path: Path) -> None:
 def _env(tmp_path: Path, llm: ScriptedLLM, role: str = "AA") -> AgentEnv:
     spec = load_role(role)
     settings = Settings()
-    archive = Archive.open(tmp_path / "data", "job1")
+    archive = LocalArchive(Archive.open(tmp_path / "data", "job1"), tmp_path / "data")
     return AgentEnv(
         job="job1", role=spec, llm=llm,
-        toolset=ToolGroupManager(builtin_groups()).toolset(spec.tool_groups),
+        toolset=job_groups(reader=archive, iri_base="gliding://job/job1/").toolset(
+            spec.tool_groups),
         tool_ctx=ToolContext(tmp_path, settings.tools), archive=archive,
         budget=BudgetTracker(Limits(turns={}), started_at=0.0), bus=InProcessBus(),
         now=lambda: 0.0, max_turns=3, context=settings.context,
@@ -82,7 +85,7 @@ def test_a_finish_missing_a_required_field_goes_back_to_the_model(tmp_path: Path
     assert second.role == "tool" and "finish needs: report" in second.content
     third = llm.requests[2].messages[-1]
     assert "must be one of done, another_cycle, escalate" in third.content
-    env.archive.close()
+    env.archive.archive.close()
 
 
 def test_every_turn_is_archived_and_summarised(tmp_path: Path) -> None:
@@ -93,10 +96,10 @@ def test_every_turn_is_archived_and_summarised(tmp_path: Path) -> None:
     assert [s.turn for s in result.summaries] == [1, 2]
     assert result.summaries[0].summary.startswith('write_file(path="a.txt"')
     assert result.tools[0].iri == "gliding://job/job1/result/DA-1-0"
-    assert env.archive.get(result.tools[0].iri).content == b"wrote 1 bytes to a.txt"
-    assert {i.iri for i in env.archive.list(kind="turn")} == {
+    assert env.archive.archive.get(result.tools[0].iri).content == b"wrote 1 bytes to a.txt"
+    assert {i.iri for i in env.archive.archive.list(kind="turn")} == {
         "gliding://job/job1/turn/DA/1", "gliding://job/job1/turn/DA/2"}
-    env.archive.close()
+    env.archive.archive.close()
 
 
 def test_da_is_not_offered_finish_before_it_did_something(tmp_path: Path) -> None:
@@ -105,7 +108,7 @@ def test_da_is_not_offered_finish_before_it_did_something(tmp_path: Path) -> Non
     anyio.run(run_agent, env, "Goal: look")
     assert "finish" not in [t.name for t in llm.requests[0].tools]
     assert "finish" in [t.name for t in llm.requests[1].tools]
-    env.archive.close()
+    env.archive.archive.close()
 
 
 def test_the_system_prompt_states_the_threshold_the_router_uses(tmp_path: Path) -> None:
@@ -120,4 +123,4 @@ def test_the_system_prompt_states_the_threshold_the_router_uses(tmp_path: Path) 
     system = llm.requests[0].messages[0].content
     assert "over 777 bytes" in system and "at most 333 bytes" in system
     assert "read_result(iri, offset, limit)" in system and "grep_result(iri, pattern)" in system
-    env.archive.close()
+    env.archive.archive.close()

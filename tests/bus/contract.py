@@ -21,12 +21,16 @@ import pytest
 
 from gliding.bus.messages import (
     AgentDone,
+    ArchivedMsg,
     ArtifactMsg,
     Assignment,
+    CheckOutcome,
     CheckReportMsg,
     DecisionMsg,
     JobEvent,
     PlanMsg,
+    TurnLine,
+    UsageWire,
 )
 from gliding.errors import BusError
 
@@ -40,7 +44,8 @@ EXAMPLE_MESSAGES: tuple[Any, ...] = (
         attempt=2,
         goal="write hello.py",
         instructions="Create hello.py that prints 'hello'.",
-        context={"plan": ["step 1", "step 2"], "budget": {"turns": 12, "cost_usd": 0.5}},
+        options=["done", "escalate"],
+        turn_base=3,
     ),
     PlanMsg(job="j1", cycle=1, steps=["read spec", "write code"], turn_iri=None),
     PlanMsg(job="j1", cycle=2, steps=[], turn_iri="gliding://job/j1/turn/PA/3"),
@@ -50,16 +55,23 @@ EXAMPLE_MESSAGES: tuple[Any, ...] = (
         attempt=1,
         summary="wrote hello.py",
         files=["hello.py"],
+        written={"hello.py": "gliding://job/j1/result/c7"},
         iris=["gliding://job/j1/result/c7"],
-        status="ok",
+        status="finished",
+        turns=3,
+        usage=UsageWire(prompt_tokens=900, completion_tokens=40, cost_usd=0.002),
+        lines=[TurnLine(role="DA", turn=1, summary="write_file → ok",
+                        iri="gliding://job/j1/turn/DA/1")],
     ),
     CheckReportMsg(
         job="j1",
         cycle=1,
         attempt=1,
         results=[
-            {"check": "hello.py exists", "status": "pass", "evidence": "12 B", "expected": None},
-            {"check": "python hello.py", "status": "fail", "evidence": "exit 1", "expected": "0"},
+            CheckOutcome(check="hello.py exists", status="pass", evidence="12 B",
+                         path="hello.py"),
+            CheckOutcome(check="python hello.py", status="fail", evidence="exit 1",
+                         expected="0", remedy="Make the command `python hello.py` exit 0"),
         ],
         passed=False,
         notes="one check failed",
@@ -67,6 +79,8 @@ EXAMPLE_MESSAGES: tuple[Any, ...] = (
     DecisionMsg(job="j1", cycle=1, decision="another_cycle", report="fix the exit code"),
     DecisionMsg(job="j1", cycle=2, decision="done", report="all checks pass ✓"),
     AgentDone(job="j1", role="CA", status="finished", turns=4, summary="checked 2 items"),
+    ArchivedMsg(job="j1", iri="gliding://job/j1/result/DA-1-0", kind="result", role="DA",
+                turn=1, summary="bash → exit 0", turn_iri="gliding://job/j1/turn/DA/1"),
     JobEvent(job="j1", event="turn.done", data={"role": "DA", "tokens": 812, "cost_usd": 0.0031}),
 )
 

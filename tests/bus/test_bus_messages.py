@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from gliding.bus.messages import (
     MESSAGE_TYPES,
     AgentDone,
+    ArchivedMsg,
     ArtifactMsg,
     Assignment,
+    CheckOutcome,
     CheckReportMsg,
     DecisionMsg,
     JobEvent,
@@ -46,17 +48,24 @@ iris = st.lists(st.text(max_size=30), max_size=4)
 any_message = st.one_of(
     st.builds(
         Assignment, job=texts, role=texts, cycle=counts, attempt=counts, goal=texts,
-        instructions=texts, context=json_objects,
+        instructions=texts, options=st.lists(texts, max_size=3), turn_base=counts,
     ),
     st.builds(PlanMsg, job=texts, cycle=counts, steps=iris, turn_iri=st.none() | texts),
     st.builds(
         ArtifactMsg, job=texts, cycle=counts, attempt=counts, summary=texts, files=iris,
-        iris=iris, status=texts,
+        iris=iris, status=st.sampled_from(["finished", "turn_cap", "budget", "failed"]),
+        turns=counts, written=st.dictionaries(texts, texts, max_size=3),
     ),
     st.builds(
         CheckReportMsg, job=texts, cycle=counts, attempt=counts,
-        results=st.lists(json_objects, max_size=3), passed=st.booleans(), notes=texts,
+        results=st.lists(st.builds(CheckOutcome, check=texts,
+                                   status=st.sampled_from(["pass", "fail"]), evidence=texts,
+                                   expected=st.none() | texts, remedy=texts,
+                                   path=st.none() | texts), max_size=3),
+        passed=st.booleans(), notes=texts,
     ),
+    st.builds(ArchivedMsg, job=texts, iri=texts, kind=st.sampled_from(["turn", "result"]),
+              role=texts, turn=counts, summary=texts, turn_iri=texts),
     st.builds(
         DecisionMsg, job=texts, cycle=counts,
         decision=st.sampled_from(["done", "another_cycle", "escalate"]), report=texts,

@@ -80,8 +80,28 @@ def test_scripted_model_on_the_command_line_is_exit_2(tmp_path: Path) -> None:
 
     result = run_in(tmp_path, "run", "task.yaml", "--model", "scripted", "--data-dir", "data")
 
-    assert_usage_error(result, "the scripted model exists for tests only", "hint: ")
+    assert_usage_error(result, "the scripted model needs its replies file", "hint: ")
     assert tree(tmp_path) == {"task.yaml"}
+
+
+@pytest.mark.parametrize(("replies", "expected"), [
+    ("DA: [{write_file: {path: a}}, {finish: [1, 2]}]\n",
+     "replies.yaml:1: DA reply 2: the arguments of 'finish' must be a mapping"),
+    ("PA:\n  - finish: {steps: [a]}\nXX:\n  - text: hi\n", "replies.yaml:3: unknown role 'XX'"),
+    ("DA:\n  - {a: 1, b: 2}\n", "replies.yaml:2: DA reply 1: a reply is one mapping"),
+    ("- just a list\n", "replies.yaml:1: a replies file maps roles"),
+    ("DA: [\n", "replies.yaml"),
+])
+def test_a_bad_replies_file_is_exit_2_naming_its_line(tmp_path: Path, replies: str,
+                                                      expected: str) -> None:
+    (tmp_path / "task.yaml").write_text(VALID_TASK, encoding="utf-8")
+    (tmp_path / "replies.yaml").write_text(replies, encoding="utf-8")
+
+    result = run_in(tmp_path, "run", "task.yaml", "--model", "scripted:replies.yaml",
+                    "--data-dir", "data")
+
+    assert_usage_error(result, expected)
+    assert tree(tmp_path) == {"task.yaml", "replies.yaml"}
 
 
 def test_workspace_below_a_file_is_exit_2_without_traceback(tmp_path: Path) -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gliding.agents.roles import load_roles
 from gliding.config.loader import env_var_name, load_settings, settings_keys
 from gliding.config.settings import Settings
-from gliding.config.task import AGENT_ROLES, CHECK_KINDS, DEFAULT_TURNS, load_task
+from gliding.config.task import AGENT_ROLES, CHECK_KINDS, load_task
 from gliding.config.yamlsource import format_key_path, load_yaml_with_lines
 from gliding.core.checks import CommandSucceeds, FileContains, FileExists
 from gliding.errors import ConfigError
@@ -59,8 +60,8 @@ def test_docs_describe_the_task_format() -> None:
     docs = DOCS.read_text(encoding="utf-8")
     for name in (*CHECK_KINDS, *AGENT_ROLES, "budgets.turns", "budgets.cost_usd", "pipeline"):
         assert name in docs
-    for role, turns in DEFAULT_TURNS.items():
-        assert f"{role} {turns}" in docs
+    for role, spec in load_roles().items():  # the role files' caps apply unless a task says
+        assert f"{role} {spec.max_turns}" in docs
 
 
 def test_the_task_example_in_the_docs_is_valid(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gliding.config.task import DEFAULT_TURNS, CheckSpec, Task, load_task
+from gliding.config.task import CheckSpec, Task, load_task
 from gliding.core.checks import CommandSucceeds, FileContains, FileExists
 from gliding.errors import TaskFileError
 from tests.config.malformed_cases import MALFORMED_TASKS
@@ -63,7 +63,7 @@ def test_full_task_file_becomes_a_task(tmp_path: Path) -> None:
         workspace=tmp_path.resolve() / "ws",
         model="local",
         pipeline=("PA", "DA", "CA"),
-        turns={"PA": 2, "DA": 8, "CA": 3, "AA": 2},
+        turns={"PA": 2, "DA": 8},  # CA and AA keep their role files' caps
         prompt_tokens=200000,
         cost_usd=1.0,
         wall_time_s=900.0,
@@ -84,7 +84,7 @@ def test_goal_alone_gets_every_default(tmp_path: Path) -> None:
     assert task.workspace == tmp_path.resolve() / "workspace"
     assert task.model is None
     assert task.pipeline == "auto"
-    assert task.turns == DEFAULT_TURNS == {"PA": 3, "DA": 6, "CA": 3, "AA": 2}
+    assert task.turns == {}  # no cap of its own: each role keeps its role file's max_turns
     assert (task.prompt_tokens, task.cost_usd, task.wall_time_s) == (None, None, None)
     assert task.checks == ()
 
@@ -95,7 +95,7 @@ def test_empty_optional_fields_mean_their_defaults(tmp_path: Path) -> None:
 
     assert task.workspace == tmp_path.resolve() / "workspace"
     assert task.pipeline == "auto"
-    assert task.turns == DEFAULT_TURNS
+    assert task.turns == {}
     assert task.checks == ()
 
 
@@ -144,7 +144,7 @@ def test_byte_order_mark_is_accepted(tmp_path: Path) -> None:
 
 def test_merge_keys_work_in_task_files(tmp_path: Path) -> None:
     text = "goal: x\nbudgets:\n  turns:\n    <<: {PA: 1, DA: 2}\n    DA: 5\n"
-    assert load_task(write_task(tmp_path, text)).turns == {"PA": 1, "DA": 5, "CA": 3, "AA": 2}
+    assert load_task(write_task(tmp_path, text)).turns == {"PA": 1, "DA": 5}
 
 
 # --- malformed task files ---------------------------------------------------------------------

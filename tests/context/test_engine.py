@@ -29,8 +29,9 @@ from gliding.context.tokens import TokenCounter
 from gliding.core.iri import result_iri, turn_iri
 from gliding.core.messages import Message, ToolCall
 from gliding.memory.archive import Archive
+from gliding.memory.archive_port import LocalArchive
 from gliding.tools.base import ToolContext, Toolset
-from gliding.tools.readback import GREP_RESULT, READ_RESULT, RECALL
+from gliding.tools.readback import MemoryGroup
 
 JOB = "job-ctx"
 COUNTER = TokenCounter()
@@ -346,6 +347,16 @@ def test_read_back_outputs_are_never_re_routed(tool: str, how: str) -> None:
 # --- recall ----------------------------------------------------------------------------------
 
 
+@dataclass
+class EngineRecall:
+    """The session's own memory as the recall tool reads it (``ToolContext.session``)."""
+
+    engine: ContextEngine
+
+    def recall(self, query: str) -> str:
+        return "\n".join(f"#{e.turn} {e.summary} <{e.iri}>" for e in self.engine.recall(query))
+
+
 def test_recall_finds_a_compacted_turn_by_an_identifier() -> None:
     s = session(small())
     s.step("I will open frobnicate_widget_cache in src/cache/store.py", "class Store: ...")
@@ -359,10 +370,9 @@ def test_recall_finds_a_compacted_turn_by_an_identifier() -> None:
 
     assert found and found[0].iri == first_iri
     assert s.engine.recall("no_such_identifier_anywhere") == []
-    ctx = ToolContext(Path("."), ToolSettings(), {
-        "recall": lambda q: "\n".join(f"#{e.turn} {e.summary} <{e.iri}>"
-                                      for e in s.engine.recall(q))})
-    out = anyio.run(Toolset((RECALL,)).call, "recall", {"query": "frobnicate_widget_cache"}, ctx)
+    ctx = ToolContext(Path("."), ToolSettings(), session=EngineRecall(s.engine))
+    tools = Toolset(MemoryGroup(None).tools)
+    out = anyio.run(tools.call, "recall", {"query": "frobnicate_widget_cache"}, ctx)
     assert out.ok and first_iri in out.output
 
 
@@ -467,11 +477,11 @@ def big_output() -> str:
     return "exit code 0\n" + "\r\n".join(lines[:600]) + "\n" + "\n".join(lines[600:]) + "\n"
 
 
-def readback_ctx(archive: Archive) -> ToolContext:
-    return ToolContext(Path("."), ToolSettings(), {
-        "read_archived": lambda iri: archive.get(iri).content.decode(),  # type: ignore[union-attr]
-        "iri_base": f"gliding://job/{JOB}/",
-    })
+def readback(archive: Archive) -> tuple[Toolset, ToolContext]:
+    """The memory group's tools over ``archive`` (as a job wires them) and a context."""
+    port = LocalArchive(archive, archive.path.parents[2])  # <data_dir>/jobs/<job>/archive
+    group = MemoryGroup(port, iri_base=f"gliding://job/{JOB}/")
+    return Toolset(group.tools), ToolContext(Path("."), ToolSettings())
 
 
 def test_read_result_pages_concatenate_to_the_archived_bytes(archive: Archive) -> None:
@@ -483,7 +493,7 @@ def test_read_result_pages_concatenate_to_the_archived_bytes(archive: Archive) -
     routed = engine.add(Message("tool", output, (), "c4", "bash"), iri=iri, tool="bash")
     shown = re.search(r"archived as (\S+):", routed.content)
     assert shown and shown[1] == iri  # the model learns the IRI from the summary
-    tools, ctx = Toolset((READ_RESULT, GREP_RESULT)), readback_ctx(archive)
+    tools, ctx = readback(archive)
 
     pages, offset = [], 0
     while True:
@@ -508,7 +518,7 @@ def test_read_result_pages_concatenate_to_the_archived_bytes(archive: Archive) -
                                      f"gliding://job/{JOB}/result/DA-4-0"])
 def test_relative_iris_resolve_through_iri_base(archive: Archive, written: str) -> None:
     archive.put(result_iri(JOB, "DA-4-0"), "alpha\nbeta\ngamma\n", kind="result")
-    tools, ctx = Toolset((READ_RESULT, GREP_RESULT)), readback_ctx(archive)
+    tools, ctx = readback(archive)
 
     page = anyio.run(tools.call, "read_result", {"iri": written, "offset": 6, "limit": 4}, ctx)
     hit = anyio.run(tools.call, "grep_result", {"iri": written, "pattern": "^gam"}, ctx)
@@ -527,16 +537,16 @@ def test_history_block_iris_read_back_through_the_tools(archive: Archive) -> Non
     relative = re.findall(r"<(result/DA-\d+-0)>", block)
     assert relative
 
-    page = anyio.run(Toolset((READ_RESULT,)).call, "read_result",
-                     {"iri": relative[0], "limit": 100_000}, readback_ctx(archive))
+    tools, ctx = readback(archive)
+    page = anyio.run(tools.call, "read_result", {"iri": relative[0], "limit": 100_000}, ctx)
 
     n = int(relative[0].split("-")[1])
     assert page.ok and page.output == words(300, n - 1)
 
 
 def test_reading_a_missing_iri_is_a_tool_error_the_model_can_read(archive: Archive) -> None:
-    out = anyio.run(Toolset((READ_RESULT,)).call, "read_result", {"iri": "result/nope"},
-                    readback_ctx(archive))
+    tools, ctx = readback(archive)
+    out = anyio.run(tools.call, "read_result", {"iri": "result/nope"}, ctx)
 
     assert not out.ok
     assert out.output.startswith("error: ") and "result/nope" in out.output

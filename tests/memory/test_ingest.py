@@ -15,14 +15,18 @@ import anyio
 import pytest
 
 from gliding.agents.loop import ToolRecord
+from gliding.bus.messages import CheckOutcome
 from gliding.config.loader import load_settings
 from gliding.config.task import load_task
-from gliding.daemon.compose import blackboard_path, run_job
+from gliding.core.checks import CheckResult, CommandSucceeds, FileContains
+from gliding.daemon.compose import run_job
+from gliding.daemon.runtime import blackboard_path
 from gliding.memory.archive import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.ingest import Ingestor
 from gliding.memory.vocabulary import NS, VocabularyError, check_iri, from_jsonld
 from gliding.testing import ScriptedLLM, call
+from gliding.tools.checks import outcome_of
 
 GLIDING = str(Path(sys.executable).parent / "gliding")
 TASK = """goal: Create hello.txt containing Hello
@@ -253,3 +257,39 @@ def test_one_bad_entity_does_not_lose_the_others(tmp_path: Path) -> None:
         assert board.get(result["mentions"][0], graph=J) is not None
         with pytest.raises(VocabularyError):
             ing.turn("DA", 1, "gliding://job/other/turn/DA/1", "not this job's turn")
+
+
+def test_check_verdicts_become_reports_about_what_they_check(tmp_path: Path) -> None:
+    ing, board, archive = ingestor(tmp_path)
+    verdicts = [
+        outcome_of(CheckResult(FileContains("src/a b.py", "def go"), False,
+                               "expected text 'def go'; file starts: ''", "def go")),
+        outcome_of(CheckResult(CommandSucceeds("pytest -q"), True, "exit code 0; no output",
+                               "exit code 0")),
+        CheckOutcome(check="a verdict from elsewhere", status="fail", evidence="x" * 900),
+    ]
+    with archive:
+        iris = ing.check_report(2, 1, verdicts)
+        assert iris == [f"{J}/check/2.1/{i}" for i in (1, 2, 3)]
+        first, second, third = (board.get(iri, graph=J) for iri in iris)
+        assert first == {"@id": iris[0], "@type": "CheckReport", "status": "fail",
+                         "about": [f"{J}/artifact/src%2Fa%20b.py"],
+                         "text": "file src/a b.py contains 'def go'",
+                         "summary": "expected text 'def go'; file starts: ''", "partOf": J}
+        assert second is not None and second["status"] == "pass" and second["about"] == [J]
+        assert second["text"] == "command `pytest -q` exits 0"
+        assert third is not None and third["summary"] == "x" * 500 and third["about"] == [J]
+
+
+def test_restore_takes_up_an_earlier_runs_revisions(tmp_path: Path) -> None:
+    ing, board, archive = ingestor(tmp_path)
+    with archive:
+        ing.job_node("goal")
+        ing.turn("DA", 1, f"{J}/turn/DA/1", "first")
+        ing.turn("DA", 1, f"{J}/turn/DA/1", "second")
+        again = Ingestor(board, archive, "j")  # a resumed job's ingestor
+        assert again.restore() == 2
+        again.turn("DA", 1, f"{J}/turn/DA/1", "second")  # unchanged: nothing new archived
+        again.turn("DA", 1, f"{J}/turn/DA/1", "third")  # changed: the next revision
+        turns = [i.iri for i in archive.list(kind="node") if "/node/turn/" in i.iri]
+        assert turns == [f"{J}/node/turn/DA%2F1/{n}" for n in (1, 2, 3)]

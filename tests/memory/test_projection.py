@@ -11,7 +11,8 @@ import pytest
 from gliding.config.loader import load_settings
 from gliding.config.task import load_task
 from gliding.context.tokens import TokenCounter
-from gliding.daemon.compose import blackboard_path, run_job
+from gliding.daemon.compose import run_job
+from gliding.daemon.runtime import blackboard_path
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.projection import FRAMES, Projector, frame_query
 from gliding.memory.vocabulary import VocabularyError

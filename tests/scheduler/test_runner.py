@@ -198,7 +198,7 @@ def test_wall_time_budget_cancels_a_running_job(tmp_path: Path) -> None:
 
 
 def test_turns_tool_results_and_files_land_in_the_job_graph(tmp_path: Path) -> None:
-    from gliding.daemon.compose import blackboard_path
+    from gliding.daemon.runtime import blackboard_path
     from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
     from gliding.memory.vocabulary import NS
 

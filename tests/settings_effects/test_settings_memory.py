@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 
 from gliding.config.settings import Settings
 from gliding.context.tokens import TokenCounter
-from gliding.daemon.compose import blackboard_path, open_knowledge
+from gliding.daemon.runtime import blackboard_path, open_knowledge
 from gliding.errors import ConfigError
 from gliding.memory.backends import qdrant_vectors
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard

@@ -12,12 +12,15 @@ from gliding.errors import ToolError
 from gliding.tools.base import (
     Tool,
     ToolContext,
+    ToolGroup,
     ToolGroupManager,
     ToolOutcome,
+    ToolOutput,
     builtin_groups,
     prop,
     schema,
 )
+from gliding.tools.groups import GROUP_NAMES, job_groups
 
 
 @pytest.fixture
@@ -59,9 +62,33 @@ def ctx(tmp_path: Path) -> ToolContext:
     return ToolContext(tmp_path, ToolSettings())
 
 
+class NoKnowledge:
+    """A KnowledgeAccess that knows nothing."""
+
+    def recall(self, query: str) -> str:
+        return ""
+
+    def search(self, query: str, k: int | None = None) -> list[Any]:
+        return []
+
+    def query(self, sparql: str) -> list[dict[str, Any]]:
+        return []
+
+
 def test_builtin_groups() -> None:
     groups = builtin_groups()
-    names = {g: [t.name for t in tools] for g, tools in groups.items()}
+    assert {g: [t.name for t in tools] for g, tools in groups.items()} == {
+        "read": ["read_file", "list_dir", "glob", "grep"],
+        "write": ["write_file", "edit_file"],
+        "exec": ["bash"],
+    }
+    manager = job_groups(knowledge=NoKnowledge())
+    assert manager.group_names == GROUP_NAMES
+    names = {}
+    for name in manager.group_names:
+        group = manager.group(name)
+        assert group is not None and group.name == name and group.description
+        names[name] = [t.name for t in group.tools]
     assert names == {
         "read": ["read_file", "list_dir", "glob", "grep"],
         "write": ["write_file", "edit_file"],
@@ -70,20 +97,31 @@ def test_builtin_groups() -> None:
         "memory": ["read_result", "grep_result", "recall"],
         "knowledge": ["kg_search", "knowledge_query"],
     }
-    for tools in groups.values():
-        for tool in tools:
+    for name in manager.group_names:
+        for tool in manager.group(name).tools:  # type: ignore[union-attr]
             spec = tool.spec().to_openai()["function"]
             assert spec["parameters"]["type"] == "object"
             assert "required" in spec["parameters"]
             assert 0 < len(spec["description"]) <= 80, tool.name
+            assert tool.idempotent == (tool.name not in ("bash", "edit_file")), tool.name
+
+
+def test_without_long_term_memory_the_knowledge_group_is_left_out() -> None:
+    manager = job_groups()
+    assert "knowledge" not in manager.group_names and manager.unavailable == {"knowledge"}
+    toolset = manager.toolset(["read", "knowledge", "memory"])
+    assert toolset.names == ("read_file", "list_dir", "glob", "grep", "read_result",
+                             "grep_result", "recall")
 
 
 def test_unknown_group_lists_known_groups() -> None:
-    manager = ToolGroupManager(builtin_groups())
+    manager = job_groups(knowledge=NoKnowledge())
     expected = ("unknown tool group 'admin'; known groups: check, exec, knowledge, memory, read, "
                 "write")
     with pytest.raises(ToolError, match=expected):
         manager.toolset(["read", "admin"])
+    with pytest.raises(ToolError, match="known groups: check, exec, memory, read, write\n"):
+        job_groups().toolset(["knowledge", "admin"])  # unavailable is not unknown
 
 
 def test_toolset_specs_only_hold_the_roles_tools() -> None:
@@ -160,3 +198,45 @@ async def test_tool_errors_and_crashes_become_outcomes(ctx: ToolContext) -> None
     assert crashed == ToolOutcome(
         False, "error: crash failed: ZeroDivisionError: division by zero"
     )
+
+
+@pytest.mark.anyio
+async def test_a_tools_data_comes_back_with_its_outcome(ctx: ToolContext) -> None:
+    async def counted(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        return ToolOutput("2 things", {"count": 2})
+
+    toolset = ToolGroupManager({"g": [Tool("count", "Count.", schema(), counted), ECHO]}
+                               ).toolset(["g"])
+    assert await toolset.call("count", {}, ctx) == ToolOutcome(True, "2 things", {"count": 2})
+    plain = await toolset.call("echo", {"text": "x"}, ctx)
+    assert plain == ToolOutcome(True, "[('text', 'x')]") and plain.data == {}
+
+
+class Tracked(ToolGroup):
+    def __init__(self, name: str, log: list[str], fail: bool = False) -> None:
+        super().__init__(name, [])
+        self.log, self.fail = log, fail
+
+    async def open(self) -> None:
+        if self.fail:
+            raise ToolError(f"{self.name} cannot open")
+        self.log.append(f"open {self.name}")
+
+    async def aclose(self) -> None:
+        self.log.append(f"close {self.name}")
+
+
+@pytest.mark.anyio
+async def test_groups_open_in_order_close_in_reverse_and_a_failed_open_closes_the_rest() -> None:
+    log: list[str] = []
+    manager = ToolGroupManager([Tracked("a", log), Tracked("b", log)])
+    await manager.open()
+    await manager.aclose()
+    assert log == ["open a", "open b", "close b", "close a"]
+    log.clear()
+    failing = ToolGroupManager([Tracked("a", log), Tracked("b", log), Tracked("c", log, True)])
+    with pytest.raises(ToolError, match="c cannot open"):
+        await failing.open()
+    assert log == ["open a", "open b", "close b", "close a"]
+    with pytest.raises(ToolError, match="two tool groups are named 'a'"):
+        ToolGroupManager([Tracked("a", log), Tracked("a", log)])

@@ -9,8 +9,9 @@ import pytest
 
 from gliding.config.settings import BashSettings, ToolSettings
 from gliding.core.checks import CommandSucceeds, FileContains, FileExists
-from gliding.tools.base import ToolContext, ToolGroupManager, builtin_groups
-from gliding.tools.checks import run_checks_on
+from gliding.tools.base import ToolContext
+from gliding.tools.checks import ChecksGroup, outcome_of, outcomes_in, run_checks_on
+from gliding.tools.groups import job_groups
 
 
 @pytest.fixture
@@ -131,9 +132,9 @@ async def test_command_check_uses_its_own_timeout(ws: Path) -> None:
 
 @pytest.mark.anyio
 async def test_run_checks_tool_report(ws: Path) -> None:
-    toolset = ToolGroupManager(builtin_groups()).toolset(["check"])
     checks = [FileContains("hello.txt", "Hello, World!"), FileContains("hello.txt", "Bye")]
-    ctx = ToolContext(ws, ToolSettings(), extra={"checks": checks})
+    toolset = job_groups(checks=checks).toolset(["check"])
+    ctx = ToolContext(ws, ToolSettings())
     outcome = await toolset.call("run_checks", {}, ctx)
     assert outcome.ok
     assert outcome.output == (
@@ -142,7 +143,31 @@ async def test_run_checks_tool_report(ws: Path) -> None:
         "file starts: 'Hello, World!'\n"
         "1/2 checks pass"
     )
-    empty = await toolset.call("run_checks", {}, ToolContext(ws, ToolSettings()))
-    assert empty.output == "this task defines no checks"
+    verdicts = outcomes_in(outcome.data)  # the verdicts the report was made of, kept as data
+    assert verdicts == [outcome_of(r) for r in await run_checks_on(checks, ws, ToolSettings())]
+    assert [(v.check, v.status, v.path) for v in verdicts] == [
+        ("file hello.txt contains 'Hello, World!'", "pass", "hello.txt"),
+        ("file hello.txt contains 'Bye'", "fail", "hello.txt"),
+    ]
+    assert verdicts[1].evidence == "expected text 'Bye'; file starts: 'Hello, World!'"
+    assert verdicts[1].expected == "Bye"
+    assert verdicts[1].remedy == 'Write the file hello.txt containing the text "Bye"'
+    empty = await job_groups().toolset(["check"]).call("run_checks", {}, ctx)
+    assert empty.ok and empty.output == "this task defines no checks"
+    assert outcomes_in(empty.data) == []
     refused = await toolset.call("run_checks", {"fast": True}, ctx)
     assert not refused.ok and "unknown argument 'fast'" in refused.output
+    assert outcomes_in(refused.data) is None
+
+
+@pytest.mark.anyio
+async def test_checks_group_runs_the_tasks_checks_as_outcomes(ws: Path) -> None:
+    group = ChecksGroup([FileExists("hello.txt"), CommandSucceeds("exit 3")])
+    assert group.name == "check" and [t.name for t in group.tools] == ["run_checks"]
+    found, failed = await group.run(ToolContext(ws, ToolSettings()))
+    assert found.passed and found.status == "pass" and found.path == "hello.txt"
+    assert found.evidence == "hello.txt exists (13 bytes)"
+    assert not failed.passed and failed.status == "fail" and failed.path is None
+    assert failed.check == "command `exit 3` exits 0"
+    assert failed.remedy == "Make the command `exit 3` exit 0"
+    assert failed.evidence.startswith("exit code 3") and failed.expected == "exit code 0"

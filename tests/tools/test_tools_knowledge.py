@@ -1,10 +1,12 @@
 """The knowledge tools and recall against a real in-memory Oxigraph blackboard and KnowledgeMemory:
 what the model sees for good searches and queries, for hostile or broken SPARQL, and for huge
-results. The callables are wired the way the runner wires them (without embeddings)."""
+results. Long-term memory is wired the way a job wires it (``MemoryAccess`` into
+``job_groups``, without embeddings); the session's own memory comes with the context."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +17,17 @@ from gliding.context.tokens import TokenCounter
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.blackboard import QueryTimeout
 from gliding.memory.knowledge import KnowledgeMemory
+from gliding.memory.knowledge_access import MemoryAccess
 from gliding.memory.vocabulary import NS
-from gliding.tools.base import ToolContext, ToolGroupManager, ToolOutcome, builtin_groups
-from gliding.tools.knowledge import MAX_CHARS
+from gliding.tools.base import SessionRecall, ToolContext, ToolOutcome, Toolset
+from gliding.tools.groups import job_groups
+from gliding.tools.knowledge import KG_SEARCH, KNOWLEDGE_QUERY, MAX_CHARS, KnowledgeAccess
 from gliding.tools.readback import KNOWLEDGE_LABEL, SESSION_LABEL
 
 PREFIX = f"PREFIX gl: <{NS}>\n"
 J1, J2 = "gliding://job/j1", "gliding://job/j2"
-TOOLS = ToolGroupManager(builtin_groups()).toolset(["knowledge", "memory"])
+COUNT = TokenCounter().count
+RECALL_BUDGET = 600
 
 
 @pytest.fixture
@@ -45,17 +50,37 @@ def knowledge() -> Iterator[KnowledgeMemory]:
     board.close()
 
 
-def context(tmp_path: Path, memory: KnowledgeMemory | None, **extra: Any) -> ToolContext:
-    wired: dict[str, Any] = {}
-    if memory is not None:
-        wired = {"kg_search": lambda query, k=8: memory.search(query, k=k),
-                 "knowledge_query": lambda sparql: memory.query(sparql, timeout_s=10.0),
-                 "knowledge_recall": lambda query: memory.recall(query, 600).text}
-    return ToolContext(tmp_path, ToolSettings(), {**wired, **extra})
+@dataclass(frozen=True)
+class Session:
+    """A session's own memory (``SessionRecall``) that always answers ``found``."""
+
+    found: str
+
+    def recall(self, query: str) -> str:
+        return self.found
 
 
-async def use(ctx: ToolContext, tool: str, **arguments: Any) -> ToolOutcome:
-    return await TOOLS.call(tool, arguments, ctx)
+@dataclass(frozen=True)
+class Job:
+    """The "knowledge" and "memory" tools of a job and the context a role calls them with."""
+
+    tools: Toolset
+    ctx: ToolContext
+
+    async def use(self, tool: str, **arguments: Any) -> ToolOutcome:
+        return await self.tools.call(tool, arguments, self.ctx)
+
+
+def access(memory: KnowledgeMemory) -> MemoryAccess:
+    return MemoryAccess(memory, COUNT, RECALL_BUDGET)
+
+
+def job(tmp_path: Path, memory: KnowledgeMemory | KnowledgeAccess | None,
+        session: SessionRecall | None = None) -> Job:
+    """``memory`` wired as a job wires it: a KnowledgeMemory through MemoryAccess."""
+    wired = access(memory) if isinstance(memory, KnowledgeMemory) else memory
+    tools = job_groups(knowledge=wired).toolset(["knowledge", "memory"])
+    return Job(tools, ToolContext(tmp_path, ToolSettings(), session=session))
 
 
 # --- kg_search ---------------------------------------------------------------------------------
@@ -64,7 +89,7 @@ async def use(ctx: ToolContext, tool: str, **arguments: Any) -> ToolOutcome:
 @pytest.mark.anyio
 async def test_kg_search_lists_the_best_nodes_one_line_each(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
-    out = await use(context(tmp_path, knowledge), "kg_search", query="staging database port")
+    out = await job(tmp_path, knowledge).use("kg_search", query="staging database port")
     assert out.ok, out.output
     lines = out.output.splitlines()
     assert f"Fact {J1}/fact/1: the staging database listens on port 5433" in lines
@@ -76,27 +101,31 @@ async def test_kg_search_lists_the_best_nodes_one_line_each(
 @pytest.mark.anyio
 async def test_kg_search_k_bounds_the_hits_and_must_be_positive(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
-    ctx = context(tmp_path, knowledge)
-    one = await use(ctx, "kg_search", query="staging database port", k=1)
+    j = job(tmp_path, knowledge)
+    one = await j.use("kg_search", query="staging database port", k=1)
     assert one.ok and len(one.output.splitlines()) == 1
-    bad = await use(ctx, "kg_search", query="port", k=0)
+    bad = await j.use("kg_search", query="port", k=0)
     assert not bad.ok and bad.output.startswith("error: kg_search: k must be at least 1")
 
 
 @pytest.mark.anyio
 async def test_kg_search_with_nothing_matching_says_so(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
-    out = await use(context(tmp_path, knowledge), "kg_search", query="zebra quokka")
+    out = await job(tmp_path, knowledge).use("kg_search", query="zebra quokka")
     assert out.ok and out.output == "nothing found for 'zebra quokka'"
 
 
 @pytest.mark.anyio
 async def test_without_a_blackboard_the_tools_say_they_are_unavailable(tmp_path: Path) -> None:
-    ctx = context(tmp_path, None)
-    for tool, args in (("kg_search", {"query": "x"}), ("knowledge_query", {"sparql": "ASK {}"}),
-                       ("recall", {"query": "x"})):
-        out = await use(ctx, tool, **args)
-        assert not out.ok and "not available in this session" in out.output, out
+    j = job(tmp_path, None)  # no long-term memory and no session
+    assert j.tools.names == ("read_result", "grep_result", "recall")  # no knowledge group
+    for tool, args in (("kg_search", {"query": "x"}), ("knowledge_query", {"sparql": "ASK {}"})):
+        out = await j.use(tool, **args)
+        assert not out.ok and f"tool {tool!r} is not available to this role" in out.output, out
+        unbound = await Toolset((KG_SEARCH, KNOWLEDGE_QUERY)).call(tool, args, j.ctx)
+        assert not unbound.ok and "not available in this session" in unbound.output, unbound
+    out = await j.use("recall", query="x")
+    assert not out.ok and "not available in this session" in out.output, out
 
 
 # --- knowledge_query ---------------------------------------------------------------------------
@@ -107,7 +136,7 @@ async def test_knowledge_query_reads_every_jobs_graph_as_var_value_lines(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
     sparql = PREFIX + ("SELECT ?g ?s ?text WHERE { GRAPH ?g { ?s a gl:Fact ; gl:text ?text } } "
                        "ORDER BY ?g")
-    out = await use(context(tmp_path, knowledge), "knowledge_query", sparql=sparql)
+    out = await job(tmp_path, knowledge).use("knowledge_query", sparql=sparql)
     assert out.ok, out.output
     assert out.output.splitlines() == [
         f'g={J1} s={J1}/fact/1 text="the staging database listens on port 5433"',
@@ -116,15 +145,25 @@ async def test_knowledge_query_reads_every_jobs_graph_as_var_value_lines(
 
 
 @pytest.mark.anyio
+async def test_knowledge_query_predeclares_the_gl_prefix(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    sparql = "SELECT ?s WHERE { GRAPH ?g { ?s a gl:Job } } ORDER BY ?s"
+    out = await job(tmp_path, knowledge).use("knowledge_query", sparql=sparql)
+    assert out.ok and out.output.splitlines() == [f"s={J1}", f"s={J2}"]
+    declared = await job(tmp_path, knowledge).use("knowledge_query", sparql=PREFIX + sparql)
+    assert declared.ok and declared.output == out.output
+
+
+@pytest.mark.anyio
 async def test_knowledge_query_renders_numbers_booleans_and_typed_literals(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
     sparql = ('PREFIX xsd: <http://www.w3.org/2001/XMLSchema#>\nSELECT ?n ?b ?d ?l ?missing '
               'WHERE { BIND(3 AS ?n) BIND(true AS ?b) '
               'BIND("2024-01-02T03:04:05Z"^^xsd:dateTime AS ?d) BIND("hi"@en AS ?l) }')
-    ctx = context(tmp_path, knowledge)
-    out = await use(ctx, "knowledge_query", sparql=sparql)
+    j = job(tmp_path, knowledge)
+    out = await j.use("knowledge_query", sparql=sparql)
     assert out.ok and out.output == 'n=3 b=true d="2024-01-02T03:04:05Z" l="hi"@en'
-    ask = await use(ctx, "knowledge_query",
+    ask = await j.use("knowledge_query",
                     sparql=PREFIX + f"ASK {{ GRAPH <{J2}> {{ ?s a gl:Job }} }}")
     assert ask.ok and ask.output == "boolean=true"
 
@@ -132,7 +171,7 @@ async def test_knowledge_query_renders_numbers_booleans_and_typed_literals(
 @pytest.mark.anyio
 async def test_no_rows_outside_graph_points_at_the_named_graphs(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
-    out = await use(context(tmp_path, knowledge), "knowledge_query",
+    out = await job(tmp_path, knowledge).use("knowledge_query",
                     sparql="SELECT ?s WHERE { ?s ?p ?o }")
     assert out.ok and out.output.startswith("no rows") and "GRAPH ?g" in out.output
 
@@ -148,7 +187,7 @@ async def test_no_rows_outside_graph_points_at_the_named_graphs(
 async def test_updates_and_service_are_refused_and_change_nothing(
         tmp_path: Path, knowledge: KnowledgeMemory, sparql: str, word: str) -> None:
     before = knowledge.store.count()
-    out = await use(context(tmp_path, knowledge), "knowledge_query", sparql=sparql)
+    out = await job(tmp_path, knowledge).use("knowledge_query", sparql=sparql)
     assert not out.ok
     assert out.output.startswith(f"error: refused: {word} is not allowed"), out.output
     assert "hint: " in out.output
@@ -158,12 +197,12 @@ async def test_updates_and_service_are_refused_and_change_nothing(
 @pytest.mark.anyio
 async def test_a_query_that_does_not_parse_is_an_error_the_model_can_read(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
-    ctx = context(tmp_path, knowledge)
-    broken = await use(ctx, "knowledge_query", sparql="SELECT ?s WHERE { ?s ")
+    j = job(tmp_path, knowledge)
+    broken = await j.use("knowledge_query", sparql="SELECT ?s WHERE { ?s ")
     assert not broken.ok and broken.output.startswith("error: the query does not parse")
-    unknown = await use(ctx, "knowledge_query", sparql="SELECT ?s WHERE { ?s a nope:X }")
+    unknown = await j.use("knowledge_query", sparql="SELECT ?s WHERE { ?s a nope:X }")
     assert not unknown.ok and unknown.output.startswith("error: the query does not parse")
-    update = await use(ctx, "knowledge_query", sparql="hello there")
+    update = await j.use("knowledge_query", sparql="hello there")
     assert not update.ok and "not a read-only query" in update.output
 
 
@@ -174,46 +213,45 @@ async def test_a_huge_result_is_bounded_with_a_count_of_the_rest(
         knowledge.board.put({"@id": f"{J1}/fact/n{i}", "@type": "Fact", "partOf": J1,
                              "text": f"note {i}: " + "padding words " * 30}, graph=J1)
     sparql = PREFIX + "SELECT ?s ?text WHERE { GRAPH ?g { ?s gl:text ?text } }"
-    out = await use(context(tmp_path, knowledge), "knowledge_query", sparql=sparql)
+    out = await job(tmp_path, knowledge).use("knowledge_query", sparql=sparql)
     assert out.ok
     assert len(out.output) <= MAX_CHARS
     lines = out.output.splitlines()
     shown = len(lines) - 1
     assert lines[-1] == f"[{402 - shown} more rows]"
     assert all(len(line) <= 600 for line in lines)
-    hits = await use(context(tmp_path, knowledge), "kg_search", query="padding note", k=50)
+    hits = await job(tmp_path, knowledge).use("kg_search", query="padding note", k=50)
     assert hits.ok and len(hits.output) <= MAX_CHARS
+    assert COUNT(hits.output) <= RECALL_BUDGET  # the hits are clipped to the recall budget
+    assert 0 < len(hits.output.splitlines()) < 50  # the budget, not k, ended the list
 
 
 @pytest.mark.anyio
 async def test_store_failures_and_timeouts_come_back_as_errors_with_their_hint(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
-    def slow(sparql: str) -> list[dict[str, Any]]:
-        raise QueryTimeout("the query ran past 10.0 s", hint="narrow the query")
+    class Slow(MemoryAccess):
+        def query(self, sparql: str) -> list[dict[str, Any]]:
+            raise QueryTimeout("the query ran past 10.0 s", hint="narrow the query")
 
-    out = await use(context(tmp_path, knowledge, knowledge_query=slow), "knowledge_query",
-                    sparql="SELECT * WHERE { ?s ?p ?o }")
+    out = await job(tmp_path, Slow(knowledge, COUNT, RECALL_BUDGET)).use(
+        "knowledge_query", sparql="SELECT * WHERE { ?s ?p ?o }")
     assert not out.ok and out.output == ("error: the query ran past 10.0 s\n"
                                          "  hint: narrow the query")
     knowledge.store.close()
-    closed = await use(context(tmp_path, knowledge), "knowledge_query",
-                       sparql="SELECT * WHERE { ?s ?p ?o }")
+    closed = await job(tmp_path, knowledge).use("knowledge_query",
+                                                 sparql="SELECT * WHERE { ?s ?p ?o }")
     assert not closed.ok and "is closed" in closed.output
 
 
 # --- recall: the session and long-term memory --------------------------------------------------
 
 
-def session(found: str) -> Callable[[str], str]:
-    return lambda query: found
-
-
 @pytest.mark.anyio
 async def test_recall_answers_from_the_session_and_from_long_term_memory(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
     turn = "#2 DA: read config.yaml; the port is set there <gliding://job/j3/turn/DA/2>"
-    ctx = context(tmp_path, knowledge, recall=session(turn))
-    out = await use(ctx, "recall", query="staging database port")
+    out = await job(tmp_path, knowledge, Session(turn)).use("recall",
+                                                            query="staging database port")
     assert out.ok
     first, second = out.output.split("\n\n")
     assert first == f"{SESSION_LABEL}\n{turn}"
@@ -224,17 +262,16 @@ async def test_recall_answers_from_the_session_and_from_long_term_memory(
 @pytest.mark.anyio
 async def test_recall_leaves_out_an_empty_section(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
-    only_knowledge = await use(context(tmp_path, knowledge, recall=session("")), "recall",
-                               query="staging database port")
+    only_knowledge = await job(tmp_path, knowledge, Session("")).use(
+        "recall", query="staging database port")
     assert only_knowledge.ok and only_knowledge.output.startswith(KNOWLEDGE_LABEL)
     assert SESSION_LABEL not in only_knowledge.output
-    only_session = await use(context(tmp_path, None, recall=session("#1 PA: planned")),
-                             "recall", query="plan")
+    only_session = await job(tmp_path, None, Session("#1 PA: planned")).use("recall",
+                                                                             query="plan")
     assert only_session.ok and only_session.output == f"{SESSION_LABEL}\n#1 PA: planned"
     with OxigraphBlackboard.in_memory() as board:
         empty = KnowledgeMemory(board, TokenCounter().count)
-        nothing = await use(context(tmp_path, empty, recall=session("")), "recall",
-                            query="zebra")
+        nothing = await job(tmp_path, empty, Session("")).use("recall", query="zebra")
     assert nothing.ok and nothing.output == "nothing found for 'zebra'"
 
 
@@ -242,9 +279,9 @@ async def test_recall_leaves_out_an_empty_section(
 async def test_recall_keeps_the_session_when_long_term_memory_fails(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
     knowledge.store.close()  # recall's graph step now fails on the closed store
-    kept = await use(context(tmp_path, knowledge, recall=session("#1 PA: planned the port")),
-                     "recall", query="staging database port")
+    kept = await job(tmp_path, knowledge, Session("#1 PA: planned the port")).use(
+        "recall", query="staging database port")
     assert kept.ok and kept.output.startswith(f"{SESSION_LABEL}\n#1 PA: planned the port")
     assert kept.output.splitlines()[-1].startswith("[long-term memory failed: ")
-    alone = await use(context(tmp_path, knowledge), "recall", query="staging database port")
+    alone = await job(tmp_path, knowledge).use("recall", query="staging database port")
     assert not alone.ok and alone.output.startswith("error: long-term memory failed: ")

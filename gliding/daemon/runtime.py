@@ -1,0 +1,157 @@
+"""Process-lifetime resources, opened once and shared by every job the process runs.
+
+    board      the blackboard (L2): ``memory.blackboard.url``'s SPARQL endpoint, else the data
+               directory's embedded Oxigraph store; None when it cannot be opened
+    knowledge  long-term memory over the board, with what earlier jobs wrote indexed (words and
+               graph at once; the embedder and its vector cache load lazily, once, on the
+               first recall of any job)
+    projector  L3 briefings, with a view cache every job's writes invalidate
+    counter    the cl100k token counter
+
+Opening (``Runtime.open``) loads the knowledge index on a worker thread; ``aclose`` closes
+everything once. This module and ``compose`` are the composition root: the only places that
+pick backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import anyio
+import structlog
+
+from gliding.config.settings import Settings
+from gliding.context.tokens import TokenCounter
+from gliding.errors import GlidingError
+from gliding.memory.blackboard import Blackboard
+from gliding.memory.knowledge import KnowledgeMemory
+from gliding.memory.knowledge_access import MemoryAccess
+from gliding.memory.projection import Projector
+from gliding.memory.vector_cache import CACHE_FILE, CachedEmbedder
+from gliding.memory.vectors import Embedder, VectorIndex, load_embedder
+
+log = structlog.get_logger("gliding.daemon")
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    counter: TokenCounter
+    board: Blackboard | None = None
+    knowledge: KnowledgeMemory | None = None
+    projector: Projector | None = None
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, settings: Settings) -> AsyncIterator[Runtime]:
+        """The resources of one process; closed when the context ends."""
+        counter = TokenCounter(settings.context.tokenizer)
+        runtime = cls(settings, counter)
+        board = await anyio.to_thread.run_sync(open_blackboard, settings)
+        if board is not None:
+            runtime.board = board
+            runtime.knowledge = await anyio.to_thread.run_sync(
+                open_knowledge, board, settings, counter.count)
+            runtime.projector = Projector(board, counter.count)
+        try:
+            yield runtime
+        finally:
+            await anyio.to_thread.run_sync(runtime.close)
+
+    def access(self) -> MemoryAccess | None:
+        """Long-term memory as the tools use it (None without a blackboard)."""
+        if self.knowledge is None:
+            return None
+        return MemoryAccess(self.knowledge, self.counter.count,
+                            self.settings.memory.recall.budget_tokens)
+
+    def briefing(self, role: str, job: str, goal: str) -> str:
+        """The role's L3 view of the job's blackboard graph, and for PA what earlier jobs
+        recorded about the goal; "" when there is nothing (no board, nothing yet, or it failed).
+        Blocking: call it on a worker thread."""
+        budget = self.settings.memory.recall.briefing_tokens
+        if self.projector is None or budget <= 0:
+            return ""
+        graph = f"gliding://job/{job}"
+        parts = []
+        try:
+            text = self.projector.briefing(role, graph, budget)
+            if text:
+                parts.append(f"Blackboard (what the team recorded so far):\n{text}")
+        except GlidingError as exc:
+            log.warning("blackboard.projection.failed", job=job, role=role, error=exc.message)
+        if role == "PA" and self.knowledge is not None:
+            try:
+                earlier = self.knowledge.brief(goal, budget // 2, exclude_graphs=[graph])
+            except GlidingError as exc:
+                log.warning("knowledge.brief.failed", job=job, error=exc.message)
+            else:
+                if earlier.text:
+                    parts.append(f"Earlier jobs (long-term memory):\n{earlier.text}")
+        return "\n\n".join(parts)
+
+    def close(self) -> None:
+        if self.knowledge is not None:
+            self.knowledge.close()
+            self.knowledge = None
+        if self.board is not None:
+            self.board.close()
+            self.board = None
+        self.projector = None
+
+
+def blackboard_path(data_dir: Path) -> Path:
+    """The embedded blackboard store every job of a data directory shares."""
+    return data_dir / "blackboard"
+
+
+def open_blackboard(settings: Settings) -> Blackboard | None:
+    """The blackboard every job shares: the SPARQL endpoint of ``memory.blackboard.url``, else
+    the data directory's embedded store; None (with a log line) when it cannot be opened, e.g.
+    because another process holds the embedded store: L2 is optional for a job."""
+    url = settings.memory.blackboard.url
+    try:
+        if url:
+            from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
+
+            return SparqlEndpointBlackboard.for_oxigraph(url)
+        from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+
+        return OxigraphBlackboard.open(blackboard_path(settings.data_dir))
+    except GlidingError as exc:
+        log.warning("blackboard.unavailable", error=exc.message, url=url)
+        return None
+
+
+def open_knowledge(board: Blackboard, settings: Settings,
+                   count: Callable[[str], int]) -> KnowledgeMemory:
+    """Knowledge memory over ``board``, with what earlier jobs wrote already indexed (words and
+    graph now; embeddings, per ``memory.vectors``, on the first recall)."""
+    vectors = settings.memory.vectors
+    embedder_factory = vector_index_factory = None
+    if vectors.enabled:
+        def embedder_factory() -> Embedder | None:
+            embedder = load_embedder(precision=vectors.precision)
+            if embedder is None:
+                return None
+            cache = CachedEmbedder(embedder, settings.data_dir / CACHE_FILE)
+            return cast(Embedder, cache)  # the same encode/dim contract
+
+        if vectors.url:
+            def vector_index_factory(dim: int) -> VectorIndex | None:
+                from gliding.memory.backends.qdrant_vectors import open_qdrant_index
+
+                return open_qdrant_index(vectors.url, collection=vectors.collection, dim=dim)
+    knowledge = KnowledgeMemory(board, count, embedder_factory=embedder_factory,
+                                vector_index_factory=vector_index_factory)
+    try:
+        loaded = knowledge.load()
+    except GlidingError as exc:
+        log.warning("knowledge.load.failed", error=exc.message)
+    else:
+        log.debug("knowledge.loaded", items=loaded)
+    return knowledge

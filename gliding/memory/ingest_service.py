@@ -1,0 +1,188 @@
+"""Ingestion as a bus subscriber: what a job's agents say and archive becomes blackboard nodes.
+
+``IngestService.serve`` listens to ``job/<job>/#`` and hands each message to the job's
+``Ingestor`` on a worker thread (blackboard writes and L0 revisions never run on the event
+loop), one message at a time, in order:
+
+    JobEvent job.started / job.finished   the Job node (with its outcome at the end)
+    Assignment                            nothing; ``caught_up`` waits for it to be reached,
+                                          so a role's briefing shows what came before
+    PlanMsg                               Plan and Step nodes
+    ArtifactMsg                           an Artifact node per file DA wrote, when it wrote it
+    CheckReportMsg                        a CheckReport node per verdict
+    DecisionMsg                           the Decision node
+    ArchivedMsg                           the Turn or ToolResult node (content read from L0),
+                                          with the files, symbols and errors it names
+
+An ingestion failure is logged and never stops the job. ``catch_up`` (a resumed job) writes
+to the board what an earlier run archived but did not get there: every node's latest revision,
+and a node for each archived turn and result that has none.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+
+from gliding.bus import topics
+from gliding.bus.messages import (
+    ArchivedMsg,
+    ArtifactMsg,
+    Assignment,
+    BusMessage,
+    CheckReportMsg,
+    DecisionMsg,
+    JobEvent,
+    PlanMsg,
+)
+from gliding.bus.port import Bus
+from gliding.core.iri import record_iri
+from gliding.core.text import one_line
+from gliding.errors import GlidingError
+from gliding.memory.archive import Archive
+from gliding.memory.ingest import Ingestor
+from gliding.memory.vocabulary import from_jsonld
+
+log = structlog.get_logger("gliding.memory")
+
+
+@dataclass(frozen=True)
+class _Result:
+    """A tool result as ``Ingestor.tool_result`` reads it, rebuilt from L0."""
+
+    name: str
+    arguments: dict[str, Any]
+    ok: bool
+    output: str
+    iri: str
+
+
+class IngestService:
+    """Feeds one job's bus traffic into its blackboard graph."""
+
+    def __init__(self, ingestor: Ingestor, archive: Archive, goal: str) -> None:
+        self.ingestor, self.archive, self.goal = ingestor, archive, goal
+        self.ingested = 0
+        self.failed = 0
+        self.done = anyio.Event()
+        self._assignments: dict[tuple[str, int, int, int], anyio.Event] = {}
+
+    async def serve(self, bus: Bus, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Subscribe, report ready, then ingest every message of the job in order; return
+        after the job's ``job.finished`` event (the last thing a job says), setting
+        ``done``."""
+        job = self.ingestor.job
+        async with bus.subscribe(topics.everything(job), max_buffer=10_000) as inbox:
+            task_status.started()
+            while True:
+                _topic, message = await inbox.receive()
+                await self.handle(message)
+                if isinstance(message, Assignment):
+                    self._reached(message).set()
+                if isinstance(message, JobEvent) and message.event == "job.finished":
+                    self.done.set()
+                    return
+
+    def _reached(self, a: Assignment) -> anyio.Event:
+        return self._assignments.setdefault((a.role, a.cycle, a.attempt, a.turn_base),
+                                            anyio.Event())
+
+    async def caught_up(self, assignment: Assignment, timeout_s: float = 10.0) -> bool:
+        """Wait until everything published before ``assignment`` is on the board (ingestion
+        is in order, so having reached the assignment means that); False on timeout."""
+        with anyio.move_on_after(timeout_s):
+            await self._reached(assignment).wait()
+            return True
+        log.warning("blackboard.ingest.behind", job=self.ingestor.job, role=assignment.role)
+        return False
+
+    async def handle(self, message: BusMessage) -> None:
+        """Ingest one message (on a worker thread); failures are logged, never raised."""
+        try:
+            await anyio.to_thread.run_sync(self._ingest, message)
+        except GlidingError as exc:
+            self.failed += 1
+            log.warning("blackboard.ingest.failed", job=self.ingestor.job, what=message.type,
+                        error=exc.message)
+        else:
+            self.ingested += 1
+
+    def _ingest(self, m: BusMessage) -> None:
+        ing = self.ingestor
+        if isinstance(m, JobEvent):
+            if m.event == "job.started":
+                ing.job_node(self.goal)
+            elif m.event == "job.finished":
+                ing.job_node(self.goal, str(m.data.get("outcome") or "") or None)
+        elif isinstance(m, PlanMsg):
+            ing.plan(m.cycle, m.steps, m.turn_iri)
+        elif isinstance(m, ArtifactMsg):
+            for path in m.written:
+                ing.artifact(path, str(record_iri(ing.job, "artifact", path)))
+        elif isinstance(m, CheckReportMsg):
+            ing.check_report(m.cycle, m.attempt, m.results)
+        elif isinstance(m, DecisionMsg):
+            ing.decision(m.cycle, m.decision, m.report)
+        elif isinstance(m, ArchivedMsg):
+            if m.kind == "turn":
+                ing.turn(m.role, m.turn, m.iri, m.summary)
+            else:
+                ing.tool_result(self._result(m.iri), m.turn_iri or None)
+
+    def _result(self, iri: str) -> _Result:
+        item = self.archive.get(iri)
+        meta = item.meta
+        args = meta.get("arguments")
+        return _Result(str(meta.get("tool", "?")), args if isinstance(args, dict) else {},
+                       bool(meta.get("ok")), item.text(), iri)
+
+    def catch_up(self) -> tuple[int, int]:
+        """Write what an earlier run of the job archived but may not have put on the board.
+
+        Returns (nodes rewritten, turns and results ingested). Failures are logged."""
+        ing = self.ingestor
+        ing.restore()
+        latest: dict[str, str] = {}
+        for item in self.archive.list(kind="node"):
+            node = item.meta.get("node")
+            if isinstance(node, str):
+                latest[node] = item.iri
+        rewritten = 0
+        for node_iri, revision in latest.items():
+            try:
+                ing.board.put(from_jsonld(self.archive.get(revision).content or b""),
+                              graph=ing.graph)
+                rewritten += 1
+            except GlidingError as exc:
+                log.warning("blackboard.catch_up.failed", job=ing.job, iri=node_iri,
+                            error=exc.message)
+        added = 0
+        for item in [*self.archive.list(kind="turn"), *self.archive.list(kind="result")]:
+            if item.iri in latest:
+                continue
+            try:
+                if item.kind == "turn":
+                    role, n = str(item.meta.get("role", "?")), int(item.meta.get("turn", 0))
+                    ing.turn(role, n, item.iri, _turn_line(self.archive.get(item.iri).text()))
+                else:
+                    turn = f"gliding://job/{ing.job}/turn/{item.meta.get('role')}/" \
+                           f"{item.meta.get('turn')}"
+                    ing.tool_result(self._result(item.iri), turn)
+                added += 1
+            except (GlidingError, ValueError) as exc:
+                log.warning("blackboard.catch_up.failed", job=ing.job, iri=item.iri,
+                            error=str(exc))
+        log.info("blackboard.caught_up", job=ing.job, nodes=rewritten, items=added)
+        return rewritten, added
+
+
+def _turn_line(body: str) -> str:
+    """One line for an archived turn: its tool call, or the start of its text."""
+    reply = (json.loads(body).get("reply") or {}) if body else {}
+    for c in reply.get("tool_calls") or ():
+        return one_line(f"{c['function']['name']}({c['function'].get('arguments', '')})", 160)
+    return one_line(str(reply.get("content") or "(empty)"), 160)

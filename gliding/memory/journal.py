@@ -1,0 +1,68 @@
+"""The supervisor's journal in a job's L0 archive: one entry per transition.
+
+Entries are ``gliding://job/<job>/journal/<n>`` (kind ``journal``, JSON of the supervisor's
+state), numbered from 1 and never overwritten; each keeps its cause and the workspace's
+fingerprint in its meta. ``last_entry`` is where a resumed job starts. The journal is
+written on a worker thread and is durable when ``record`` returns (the archive's guarantee).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+
+from gliding.core.iri import record_iri
+from gliding.memory.archive import Archive
+
+
+class _Serialisable(Protocol):
+    def model_dump_json(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    n: int
+    state: dict[str, Any]
+    cause: str
+    workspace: str  # fingerprint when it was written ("" if unknown)
+
+
+class ArchiveJournal:
+    """``scheduler.runner.Journal`` over a job's archive."""
+
+    def __init__(self, archive: Archive, fingerprint: Callable[[], str] | None = None) -> None:
+        self.archive = archive
+        self.fingerprint = fingerprint
+        last = last_entry(archive)
+        self.n = last.n if last else 0
+
+    async def record(self, state: _Serialisable, cause: str) -> None:
+        self.n += 1
+        n = self.n
+
+        def write() -> None:
+            meta = {"cause": cause, "workspace": self.fingerprint() if self.fingerprint else ""}
+            self.archive.put(record_iri(self.archive.job, "journal", str(n)),
+                             state.model_dump_json(), kind="journal",
+                             media_type="application/json", meta=meta)
+
+        await anyio.to_thread.run_sync(write)
+
+
+def last_entry(archive: Archive) -> JournalEntry | None:
+    """The newest journal entry of ``archive`` (None: the job never journaled).
+
+    Raises:
+        ArchiveError: the archive cannot be read or the entry is damaged.
+    """
+    entries = archive.list(kind="journal")
+    if not entries:
+        return None
+    newest = max(entries, key=lambda e: int(e.iri.rsplit("/", 1)[-1]))
+    item = archive.get(newest.iri)
+    return JournalEntry(int(newest.iri.rsplit("/", 1)[-1]), json.loads(item.text()),
+                        str(item.meta.get("cause", "")), str(item.meta.get("workspace", "")))

@@ -1,0 +1,72 @@
+"""The report of a finished job, read off the supervisor's final state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gliding.bus.messages import CheckOutcome, TurnLine
+from gliding.core.messages import Usage
+from gliding.scheduler.policy import PipelineChoice
+from gliding.scheduler.supervisor import SupervisorState
+
+
+@dataclass(frozen=True)
+class RoleUsage:
+    role: str
+    turns: int
+    usage: Usage
+    schema_tokens: int = 0  # cl100k tokens of the tool schemas in the role's prompt
+
+
+@dataclass(frozen=True)
+class JobReport:
+    job: str
+    outcome: str
+    pipeline: PipelineChoice
+    cycles: int
+    corrections: int
+    checks: tuple[CheckOutcome, ...]
+    checks_verified_by: str
+    decision: str | None
+    report: str
+    plan: tuple[str, ...]
+    roles: tuple[RoleUsage, ...]
+    artifacts: tuple[tuple[str, str], ...]
+    turns: tuple[TurnLine, ...]
+    stopped: str | None
+    wall_s: float
+    total: Usage = field(default_factory=Usage)
+    context_tokens: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # checked file -> "written by this job" | "found unchanged" | "missing"
+    checked_files: dict[str, str] = field(default_factory=dict)
+    resumed: int = 0  # how many times the job was resumed
+    workspace_changed: bool = False  # changed behind the job's back before a resume
+
+
+def build_report(state: SupervisorState, *, artifacts: tuple[tuple[str, str], ...],
+                 wall_s: float, checked_files: dict[str, str] | None = None,
+                 resumed: int = 0, workspace_changed: bool = False) -> JobReport:
+    """The report of ``state`` (which must have an outcome)."""
+    assert state.outcome is not None
+    roles = tuple(dict.fromkeys(state.roles))
+    usage: dict[str, Usage] = {}
+    for role, t in state.totals.items():
+        u = t.usage
+        usage[role] = Usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cost_usd)
+    total = sum(usage.values(), Usage())
+    return JobReport(
+        job=state.job, outcome=state.outcome,
+        pipeline=PipelineChoice(state.roles, state.pipeline_kind, state.pipeline_reason),
+        cycles=state.cycle, corrections=state.corrections, checks=state.results,
+        checks_verified_by=state.verified_by, decision=state.decision,
+        report=state.report or (state.stop_reason or ""), plan=state.plan,
+        roles=tuple(RoleUsage(r, state.totals[r].turns if r in state.totals else 0,
+                              usage.get(r, Usage()),
+                              state.totals[r].schema_tokens if r in state.totals else 0)
+                    for r in roles),
+        artifacts=artifacts, turns=state.lines, stopped=state.stop_reason, wall_s=wall_s,
+        total=total,
+        context_tokens={r: (t.context_tokens, t.baseline_tokens)
+                        for r, t in state.totals.items() if t.baseline_tokens},
+        checked_files=dict(checked_files or {}), resumed=resumed,
+        workspace_changed=workspace_changed)

@@ -1,0 +1,47 @@
+"""What a workspace holds, cheaply: every file's size and modification time.
+
+A job snapshots its workspace when it starts (to tell which checked files it wrote and which it
+found already there) and whenever it journals (to notice, on resume, a workspace that changed
+behind its back). Only metadata is read; at most ``MAX_FILES`` files are listed, so a huge tree
+costs a bounded walk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+MAX_FILES = 20_000
+
+Snapshot = dict[str, list[int]]  # relative path -> [size, mtime_ns]
+
+
+def snapshot(workspace: Path) -> Snapshot:
+    """Size and mtime of every regular file under ``workspace`` ({} if it does not exist)."""
+    out: Snapshot = {}
+    root = os.fspath(workspace)
+    for here, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(here, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            out[os.path.relpath(full, root)] = [st.st_size, st.st_mtime_ns]
+            if len(out) >= MAX_FILES:
+                return out
+    return out
+
+
+def fingerprint(snap: Snapshot) -> str:
+    """A short digest of a snapshot: equal workspaces, equal fingerprints."""
+    text = json.dumps(snap, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def changed(before: Snapshot, after: Snapshot) -> list[str]:
+    """The paths added, removed or modified between two snapshots, sorted."""
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
