@@ -17,9 +17,11 @@ name and its arguments) or ``text`` (a plain answer)::
       - finish: {decision: done, report: hello.txt holds the greeting}
 
 Turn *n* of a role (counted over the whole job, corrections and cycles included) gets that
-role's *n*-th reply, so a resumed job gets the same replies again. A role with no reply left
-fails with a model error naming the file and the turn. Usage is counted deterministically
-(4 characters a token), at no cost. A malformed file is a UsageError (exit 2) naming its line.
+role's *n*-th reply, so a resumed job gets the same replies again. An optional top-level
+``latency_s: 0.5`` makes every reply wait that long first, like a hosted model. A role with
+no reply left fails with a model error naming the file and the turn. Usage is counted
+deterministically (4 characters a token), at no cost. A malformed file is a UsageError
+(exit 2) naming its line.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from gliding.config.yamlsource import load_yaml_with_lines, read_yaml_text
 from gliding.core.messages import Completion, Message, ToolCall, Usage
@@ -40,6 +44,22 @@ _HINT = "see docs/config.md, section 'Scripted replies'"
 
 class RepliesFileError(UsageError):
     """A replies file that cannot be used."""
+
+
+def load_latency(path: Path) -> float:
+    """The file's ``latency_s`` (0 when absent); the file must have passed ``load_replies``.
+
+    Raises:
+        RepliesFileError: it is not a number >= 0.
+    """
+    data, _ = load_yaml_with_lines(read_yaml_text(path, what="replies file",
+                                                  error=RepliesFileError), str(path),
+                                   error=RepliesFileError)
+    value = data.get("latency_s", 0) if isinstance(data, dict) else 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise RepliesFileError(f"{path}: latency_s must be a number of seconds >= 0",
+                               hint=_HINT)
+    return float(value)
 
 
 def load_replies(path: Path) -> dict[str, list[Message]]:
@@ -58,6 +78,8 @@ def load_replies(path: Path) -> dict[str, list[Message]]:
     ids = itertools.count(1)
     out: dict[str, list[Message]] = {}
     for role, replies in data.items():
+        if role == "latency_s":
+            continue
         at = f"{source}:{lines.get((role,), 1)}"
         if role not in ROLES:
             raise RepliesFileError(f"{at}: unknown role {role!r} (roles: {', '.join(ROLES)})",
@@ -92,6 +114,7 @@ class FileScriptedLLM:
     def __init__(self, path: Path, replies: Mapping[str, list[Message]] | None = None) -> None:
         self.path = Path(path).resolve()
         self.replies = dict(replies) if replies is not None else load_replies(self.path)
+        self.latency_s = load_latency(self.path) if replies is None else 0.0
 
     @property
     def name(self) -> str:
@@ -106,6 +129,8 @@ class FileScriptedLLM:
                            f"(the file has {len(mine)} for {role})",
                            hint="add replies for that role, one per turn")
         message = mine[turn - 1]
+        if self.latency_s:
+            await anyio.sleep(self.latency_s)
         prompt_chars = sum(len(m.content) for m in request.messages)
         prompt_chars += sum(len(t.description) + 20 for t in request.tools)
         out_chars = len(message.content) + sum(len(c.arguments_json()) for c in message.tool_calls)

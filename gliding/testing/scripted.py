@@ -15,6 +15,8 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import anyio
+
 from gliding.core.messages import Completion, Message, ToolCall, Usage
 from gliding.errors import LLMError
 from gliding.llm.port import LLMRequest
@@ -43,6 +45,7 @@ class ScriptedLLM:
         *,
         name: str = "scripted",
         cost_per_call: float = 0.0,
+        delay_s: float = 0.0,
     ) -> None:
         if isinstance(script, Mapping):
             self._queues = {role: list(replies) for role, replies in script.items()}
@@ -50,6 +53,7 @@ class ScriptedLLM:
             self._queues = {"*": list(script)}
         self._name = name
         self._cost = cost_per_call
+        self._delay = delay_s  # each reply waits this long first, like a hosted model's latency
         self.requests: list[LLMRequest] = []
 
     @property
@@ -58,6 +62,8 @@ class ScriptedLLM:
 
     async def complete(self, request: LLMRequest) -> Completion:
         self.requests.append(request)
+        if self._delay:
+            await anyio.sleep(self._delay)
         role = str(request.meta.get("role", "*"))
         queue = self._queues.get(role, self._queues.get("*"))
         if not queue:

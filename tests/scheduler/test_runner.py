@@ -36,9 +36,11 @@ def make_task(tmp: Path, **changes: Any) -> Task:
     return Task(**values)
 
 
-def run(task: Task, llm: ScriptedLLM, tmp: Path, **settings: Any) -> JobHandle:
+def run(task: Task, llm: ScriptedLLM, tmp: Path, on_event: Any = None,
+        **settings: Any) -> JobHandle:
     overrides = {"data_dir": str(tmp / "data"), **settings}
-    return anyio.run(lambda: run_job(task, load_settings(overrides=overrides, env={}), llm=llm))
+    return anyio.run(lambda: run_job(task, load_settings(overrides=overrides, env={}), llm=llm,
+                                     on_event=on_event))
 
 
 def copy_expected_from_evidence(request: LLMRequest) -> Message:
