@@ -16,7 +16,6 @@ blackboard and got long-term memory back from recall.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -28,7 +27,9 @@ import anyio
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from gliding.config.loader import load_settings  # noqa: E402  (after HF_HUB_OFFLINE)
+from gliding.bench.stats import emit  # noqa: E402  (after HF_HUB_OFFLINE)
+from gliding.cli.logs import configure_logging  # noqa: E402
+from gliding.config.loader import load_settings  # noqa: E402
 from gliding.config.task import Task  # noqa: E402
 from gliding.core.checks import FileContains  # noqa: E402
 from gliding.daemon.compose import run_job  # noqa: E402
@@ -118,13 +119,11 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     opts = parser.parse_args()
+    configure_logging("warning", "console")
     root = opts.workdir or Path(tempfile.mkdtemp(prefix="gliding-concurrent-"))
     root.mkdir(parents=True, exist_ok=True)
     result = anyio.run(bench, root, opts.runs, opts.latency)
-    text = json.dumps(result, indent=2)
-    if opts.out:
-        opts.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    emit(result, opts.out)
 
 
 if __name__ == "__main__":

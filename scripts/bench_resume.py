@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gliding.bench.stats import emit
+
 GLIDING = Path(sys.executable).parent / "gliding"
 SLEEP_S = 0.15
 
@@ -175,10 +177,7 @@ def main() -> None:
         "results_on_board": sum(j["results_on_board"] for j in jobs),
         "per_job": jobs, "seed": opts.seed, "workdir": str(root),
     }
-    text = json.dumps(result, indent=2)
-    if opts.out:
-        opts.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    emit(result, opts.out)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ from gliding.memory.vectors import Embedder, VectorIndex, load_embedder
 
 log = structlog.get_logger("gliding.daemon")
 
+REACH_TIMEOUT_S = 5.0  # a SPARQL endpoint that does not answer ASK {} in this is unreachable
+
 
 @dataclass
 class Runtime:
@@ -111,14 +113,22 @@ def blackboard_path(data_dir: Path) -> Path:
 
 def open_blackboard(settings: Settings) -> Blackboard | None:
     """The blackboard every job shares: the SPARQL endpoint of ``memory.blackboard.url``, else
-    the data directory's embedded store; None (with a log line) when it cannot be opened, e.g.
-    because another process holds the embedded store: L2 is optional for a job."""
+    the data directory's embedded store; None (with a log line) when it cannot be opened or
+    reached, e.g. because another process holds the embedded store or the endpoint does not
+    answer: L2 is optional for a job, and a job without it is not offered the knowledge
+    tools."""
     url = settings.memory.blackboard.url
     try:
         if url:
             from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
 
-            return SparqlEndpointBlackboard.for_oxigraph(url)
+            endpoint = SparqlEndpointBlackboard.for_oxigraph(url)
+            try:
+                endpoint.query("ASK { }", timeout_s=REACH_TIMEOUT_S)  # reachable at all?
+            except GlidingError:
+                endpoint.close()
+                raise
+            return endpoint
         from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 
         return OxigraphBlackboard.open(blackboard_path(settings.data_dir))

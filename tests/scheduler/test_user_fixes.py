@@ -116,3 +116,25 @@ def test_the_two_token_totals_are_told_apart_and_schema_tokens_are_reported(
     assert "Tokens and cost per role (as the model reported them):" in text
     assert "Context engine: the prompts it built came to" in text
     assert "the table counts the model's own tokenizer" in text
+
+
+def test_a_job_that_cannot_reach_the_blackboard_is_not_offered_the_knowledge_tools(
+        tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    llm = ScriptedLLM({"DA": [call("list_dir", path="."), call("finish", summary="ok")]})
+    report = run(make_task(tmp_path, pipeline=("DA",), checks=()), llm, tmp_path,
+                 **{"memory.blackboard.url": f"http://127.0.0.1:{port}"}).report
+    assert report is not None and report.outcome == "success"
+    offered = {t.name for r in llm.requests for t in r.tools}
+    assert "kg_search" not in offered and "knowledge_query" not in offered
+    assert "read_result" in offered  # the archive's own tools stay
+
+
+def test_a_job_with_a_blackboard_is_offered_the_knowledge_tools(tmp_path: Path) -> None:
+    llm = ScriptedLLM({"DA": [call("list_dir", path="."), call("finish", summary="ok")]})
+    run(make_task(tmp_path, pipeline=("DA",), checks=()), llm, tmp_path)
+    assert "kg_search" in {t.name for t in llm.requests[0].tools}
