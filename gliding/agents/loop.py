@@ -232,7 +232,8 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 continue
             call = calls[0]
             if call.name == "finish":
-                problem = _check_finish(role, call)
+                problem = _check_finish(role, call) if may_finish else (
+                    "finish is not available yet: " + _finish_needs(role, ran))
                 summary = _describe(call, "finished" if problem is None else problem)
                 summaries.append(TurnSummary(role.name, n, summary, iri))
                 await _announce(env, n, iri, "turn", summary)
@@ -404,6 +405,13 @@ async def _progress(env: AgentEnv, n: int, c: Completion, action: str, summary: 
         "job_prompt_tokens": spent.prompt_tokens,
         "job_completion_tokens": spent.completion_tokens, "job_cost_usd": spent.cost_usd,
     }))
+
+
+def _finish_needs(role: RoleSpec, ran: list[str]) -> str:
+    missing = [t for t in role.finish_requires if t not in ran]
+    if missing:
+        return f"call {', '.join(missing)} first"
+    return f"make {role.finish_min_calls} successful tool call(s) first"
 
 
 def _check_finish(role: RoleSpec, call: ToolCall) -> str | None:

@@ -39,6 +39,12 @@ from gliding.errors import ConfigError
 
 ENV_PREFIX = "GLIDING_"
 CONFIG_ENV_VAR = "GLIDING_CONFIG"
+NOT_SETTINGS = frozenset({
+    CONFIG_ENV_VAR,  # which config file (above)
+    "GLIDING_HOME",  # where roles/ and constitutions/ are (gliding.agents.roles)
+    "GLIDING_VENV", "GLIDING_WHEEL_CACHE",  # scripts/setup.sh
+})
+"""``GLIDING_*`` variables that are not settings."""
 DEFAULT_CONFIG_NAME = "config.yaml"
 
 _HINT = "see docs/config.md for every key"
@@ -155,7 +161,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 
 
 def _env_entries(environ: Mapping[str, str]) -> list[tuple[str, KeyPath, Any]]:
-    """``(label, key path, value)`` for every ``GLIDING_*`` variable but GLIDING_CONFIG.
+    """``(label, key path, value)`` for every ``GLIDING_*`` variable but ``NOT_SETTINGS``.
 
     Values come shaped for validation: comma lists split, empty optionals null, a relative
     ``data_dir`` anchored at the current directory.
@@ -164,7 +170,7 @@ def _env_entries(environ: Mapping[str, str]) -> list[tuple[str, KeyPath, Any]]:
     claimed: dict[KeyPath, str] = {}
     for name in sorted(environ):
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_ENV_VAR:
+        if not upper.startswith(ENV_PREFIX) or upper in NOT_SETTINGS:
             continue
         parts = upper[len(ENV_PREFIX) :].lower().split("__")
         keys, annotation = _resolve(parts, f"environment variable {name}")

@@ -101,8 +101,10 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
         with JobLock(archive.path.parent):
             start = await anyio.to_thread.run_sync(snapshot, task.workspace)
             for key, value in (("task", str(task.source)), ("task_record", task_record(task)),
-                               ("model", backend.name), ("model_spec", backend.name if llm
-                                                         else chosen),
+                               ("model", backend.name),
+                               # what resume builds the model from: a replies file absolute
+                               ("model_spec", backend.name if llm or backend_kind(chosen)
+                                == "scripted" else chosen),
                                ("goal", task.goal), ("status", "running"),
                                ("workspace_start", start)):
                 archive.set_meta(key, value)
@@ -128,7 +130,11 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
             model_spec = str(archive.get_meta("model_spec") or archive.get_meta("model") or "")
             if status in FINISHED:
                 return JobHandle(None, archive.path, model_spec, finished_before=status)
-            task = task_from_record(archive.get_meta("task_record") or {})
+            record = archive.get_meta("task_record")
+            if not record:
+                raise ArchiveError(f"job {job} was stopped before it was set up",
+                                   hint="nothing of it ran: run its task file again")
+            task = task_from_record(record)
             backend = llm or build_llm(model_spec, settings)
             start: Snapshot = archive.get_meta("workspace_start") or {}
             entry = last_entry(archive)

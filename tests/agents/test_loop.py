@@ -124,3 +124,24 @@ def test_the_system_prompt_states_the_threshold_the_router_uses(tmp_path: Path) 
     assert "over 777 bytes" in system and "at most 333 bytes" in system
     assert "read_result(iri, offset, limit)" in system and "grep_result(iri, pattern)" in system
     env.archive.archive.close()
+
+
+def test_finish_called_before_it_is_offered_is_refused(tmp_path: Path) -> None:
+    llm = ScriptedLLM([call("finish", summary="did nothing"), call("list_dir", path="."),
+                       call("finish", summary="looked")])
+    env = _env(tmp_path, llm, "DA")  # DA may finish after one successful tool call
+    result = anyio.run(run_agent, env, "Goal: look")
+    assert result.status == "finished" and result.finish == {"summary": "looked"}
+    refused = llm.requests[1].messages[-1]
+    assert refused.role == "tool"
+    assert refused.content == ("error: finish is not available yet: make 1 successful tool "
+                               "call(s) first")
+    env.archive.archive.close()  # type: ignore[attr-defined]
+
+
+def test_an_unknown_tool_group_in_a_role_file_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "roles").mkdir()
+    text = (Path(__file__).resolve().parents[2] / "roles" / "CA.yaml").read_text()
+    (tmp_path / "roles" / "CA.yaml").write_text(text.replace("[check,", "[chekc,"))
+    with pytest.raises(ConfigError, match=r"CA.yaml: tool_groups: unknown tool group 'chekc'"):
+        load_role("CA", tmp_path)

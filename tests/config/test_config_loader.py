@@ -330,3 +330,9 @@ def test_settings_keys_and_env_names() -> None:
     assert ("llm", "local") not in keys  # sections are not keys
     assert len(keys) == len(set(keys)) == 19 + 14 + 7  # 14 under context:, 7 under memory:
     assert env_var_name(("llm", "local", "n_ctx")) == "GLIDING_LLM__LOCAL__N_CTX"
+
+
+def test_gliding_variables_that_are_not_settings_are_left_alone(tmp_path: Path) -> None:
+    env = {"GLIDING_HOME": str(tmp_path), "GLIDING_VENV": ".venv",
+           "GLIDING_WHEEL_CACHE": str(tmp_path), "GLIDING_LOG_LEVEL": "error"}
+    assert load_settings(env=env).log_level == "error"
