@@ -238,7 +238,7 @@ async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
                 if j.workspace_changed:
                     await bus.publish(topics.events(job), JobEvent(
                         job=job, event="job.workspace_changed", data={}))
-                runner = JobRunner(bus, verify, journal, j.clock, task.wall_time_s,
+                runner = JobRunner(bus, verify, journal, task.wall_time_s,
                                    stop_agents=agents.cancel)
                 final = await (runner.resume(state) if resumed else runner.run(state, commands))
                 agents.cancel()

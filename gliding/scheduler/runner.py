@@ -5,8 +5,9 @@ For each command of ``supervisor.step`` the runner publishes an Assignment on
 progress event on ``job/<job>/events``, or logs an ignored message; then it waits for the next
 answer on ``job/<job>/result/+`` and feeds it back. Every transition is journaled through the
 ``Journal`` port before its commands are carried out, so a killed job resumes from the last
-journaled state (``resume``), re-issuing what that state waits for. One clock decides the wall
-time; when it runs out the machine gets ``TimeUp``.
+journaled state (``resume``), re-issuing what that state waits for. The event loop's clock
+decides the wall time (virtual in tests: ``gliding.testing.clock``); when it runs out the machine
+gets ``TimeUp`` and keeps everything it had accepted.
 
 The runner knows no agent, tool or store: agents are workers on the bus, started by the
 composition root, and the journal and the checks are ports it is handed.
@@ -24,7 +25,6 @@ import structlog
 from gliding.bus import topics
 from gliding.bus.messages import Assignment, CheckReportMsg, JobEvent
 from gliding.bus.port import Bus, Subscription
-from gliding.core.clock import Clock, SystemClock
 from gliding.scheduler import supervisor
 from gliding.scheduler.supervisor import (
     Command,
@@ -69,17 +69,19 @@ class JobRunner:
     bus: Bus
     verify: Verifier
     journal: Journal
-    clock: Clock = SystemClock()
     wall_time_s: float | None = None
     stop_agents: Callable[[], None] | None = None  # called when the wall time runs out
+    state: SupervisorState | None = None  # the latest state, kept through a cancellation
 
     async def run(self, state: SupervisorState, commands: list[Command]) -> SupervisorState:
         """Carry out ``commands`` and every answer's consequences until the job finishes."""
+        self.state = state
         async with self.bus.subscribe(topics.results(state.job), max_buffer=100) as answers:
             await self.journal.record(state, "start")
             wall = self.wall_time_s
             with anyio.move_on_after(wall if wall is not None else float("inf")) as deadline:
                 state = await self._drive(state, commands, answers)
+            state = self.state  # what was accepted before the deadline, if it cut _drive off
             if deadline.cancelled_caught and state.outcome is None:
                 if self.stop_agents is not None:
                     self.stop_agents()
@@ -105,6 +107,7 @@ class JobRunner:
                 more = await self._carry_out(state, command)
                 if more is not None:
                     state, new = more
+                    self.state = state
                     await self.journal.record(state, "verify")
                     todo.extend(new)
             if state.outcome is not None or answers is None:
@@ -115,6 +118,7 @@ class JobRunner:
                             reason=f"{type(message).__name__} is not an answer")
                 continue
             state, todo = supervisor.step(state, message)
+            self.state = state
             if not (todo and isinstance(todo[0], Ignored)):
                 await self.journal.record(state, f"{message.type}:{getattr(message, 'role', '')}")
 
@@ -124,7 +128,9 @@ class JobRunner:
         if isinstance(command, Assignment):
             await self.bus.publish(topics.agent(command.job, command.role), command)
         elif isinstance(command, Verify):
-            report = await self.verify(command)
+            report = (await self.verify(command)).model_copy(update={
+                "job": state.job, "role": supervisor.RUNNER, "cycle": command.cycle,
+                "attempt": command.attempt})  # the verifier's report answers this Verify
             return supervisor.step(state, report)
         elif isinstance(command, Emit):
             log.info(command.event, job=state.job, **command.data)

@@ -148,13 +148,15 @@ def step(state: SupervisorState, message: Input) -> tuple[SupervisorState, list[
     """The state after ``message`` and the commands it leads to."""
     if state.outcome is not None:
         return state, [Ignored(reason=f"job already finished ({state.outcome})")]
-    if isinstance(message, TimeUp):
-        state = state.model_copy(update={"stopped": "budget", "stop_reason": message.reason,
-                                         "waiting": None})
+    if isinstance(message, TimeUp):  # an earlier stop keeps its reason; a cut-off Verify reruns
+        state = state.model_copy(update={"stopped": state.stopped or "budget",
+                                         "stop_reason": state.stop_reason or message.reason,
+                                         "waiting": None, "verifying": None})
         return _finish(state)
     problem = _mismatch(state, message)
     if problem:
         return state, [Ignored(reason=problem)]
+    offered = state.waiting.options if state.waiting is not None else []
     state = _account(state, message)
     if state.verifying is not None:
         assert isinstance(message, CheckReportMsg)
@@ -173,6 +175,9 @@ def step(state: SupervisorState, message: Input) -> tuple[SupervisorState, list[
         return _after_do(state)
     if isinstance(message, CheckReportMsg):
         return _after_report(state, message)
+    if offered and message.decision not in offered:  # not a choice it had: the safe reading
+        message = message.model_copy(update={"decision": "done" if "done" in offered
+                                              else "escalate"})
     return _after_decision(state, message)
 
 

@@ -29,7 +29,7 @@ async def a_job_whose_agent_never_answers() -> tuple[SupervisorState, float, lis
                                                     evidence="a does not exist")])
 
     clock = LoopClock()
-    runner = JobRunner(bus, verify, NoJournal(), clock, wall_time_s=600.0,
+    runner = JobRunner(bus, verify, NoJournal(), wall_time_s=600.0,
                        stop_agents=lambda: stopped.append("agents"))
     async with bus.subscribe(topics.agent("j1", "DA")) as inbox:  # DA hears, never answers
         started = clock.monotonic()
