@@ -11,7 +11,6 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
-import pytest
 from structlog.testing import capture_logs
 
 from gliding.bus import topics
