@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# One command for the tests: set everything up, lint, check the layering, run the whole suite.
+# One command for the tests (CI runs it): set everything up, lint, check the import contracts,
+# type-check, run the whole suite: slow (the real local model) and heavy tests included.
+# scripts/test_fast.sh is the quick lane without slow and heavy tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -16,12 +16,15 @@ port (``memory.archive_port``), never on the event loop.
 Resuming is replay: a turn already archived is not asked of the model again (its archived reply
 is used and it costs nothing new), and a tool call whose result is archived is not run again
 (its archived output is used). A call that may not be repeated (``Tool.idempotent`` false, e.g.
-bash) is preceded by an ``intent`` entry; one found without its result was cut off by a crash,
-and the model is told so instead of the command running twice.
+bash) is preceded by an ``intent`` entry. An intent found without its result was cut off by a crash:
+if the tool marks when it begins (bash creates ``<job dir>/began/<call>`` before running the
+command) and no mark is there, the call never began and runs now; otherwise the model is told
+it was interrupted instead of the command running twice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -148,6 +151,7 @@ class AgentEnv:
     extra_system: str = ""
     turn_base: int = 0  # turns the role used before this assignment (numbers its IRIs)
     on_demand: Mapping[str, Toolset] = field(default_factory=dict)  # loadable by tool_search
+    began_dir: Path | None = None  # where tools that mark their begin leave the mark
 
 
 class _Session:
@@ -308,16 +312,20 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
         return ToolOutcome(bool(meta.get("ok")), text, dict(meta.get("data") or {})), toolset
     if call.name != "tool_search" or not env.on_demand:
         tool = toolset.get(call.name)
-        intent = str(record_iri(env.job, "intent", f"{env.role.name}-{n}-0"))
+        name = f"{env.role.name}-{n}-0"
+        intent = str(record_iri(env.job, "intent", name))
+        began = env.began_dir / name if env.began_dir and tool and tool.marks_begin else None
         if tool is not None and not tool.idempotent:
-            if await env.archive.find(intent) is not None:
+            if await env.archive.find(intent) is not None and (began is None
+                                                               or began.exists()):
                 outcome = ToolOutcome(False, INTERRUPTED)
                 log.warning("tool.call.interrupted", job=env.job, role=env.role.name, turn=n,
                             tool=call.name)
-            else:
+            else:  # a first call, or one whose intent was written but which never began
                 await env.archive.put(intent, call.arguments_json(), kind="intent",
                                       meta={"tool": call.name, "role": env.role.name, "turn": n})
-                outcome = await toolset.call(call.name, call.arguments, ctx)
+                outcome = await toolset.call(call.name, call.arguments,
+                                             dataclasses.replace(ctx, began=began))
         else:
             outcome = await toolset.call(call.name, call.arguments, ctx)
     if outcome.ok and repeated:

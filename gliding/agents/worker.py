@@ -75,6 +75,7 @@ class JobAgents:
     counter: TokenCounter
     # the assignment -> the role's L3 briefing (once what came before it is on the board)
     briefing: Callable[[Assignment], Awaitable[str]] | None = None
+    began_dir: Path | None = None  # where bash marks that a command began (resume reads it)
 
 
 class AgentWorker:
@@ -118,7 +119,7 @@ class AgentWorker:
             budget=kit.budget, bus=kit.bus, now=kit.clock.monotonic,
             max_turns=kit.budget.limits.turns.get(spec.name, spec.max_turns),
             context=kit.settings.context, counter=kit.counter, extra_system=briefing,
-            turn_base=a.turn_base, on_demand=on_demand)
+            turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir)
         await self._event("role.started", {"role": spec.name, "cycle": a.cycle,
                                            "attempt": a.attempt})
         result = await run_agent(env, a.instructions)

@@ -207,7 +207,8 @@ async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
         kit = JobAgents(job=job, workspace=task.workspace, llm=j.llm, roles=j.roles, tools=tools,
                         checks=checks, archive=port, budget=budget, bus=bus, clock=j.clock,
                         settings=settings, counter=rt.counter,
-                        briefing=briefing if rt.projector is not None else None)
+                        briefing=briefing if rt.projector is not None else None,
+                        began_dir=_began_dir(archive))
         worker = AgentWorker(kit, state.roles)
 
         async def verify(command: Verify) -> CheckReportMsg:
@@ -267,6 +268,15 @@ async def _runtime(given: Runtime | None, settings: Settings) -> AsyncIterator[R
         return
     async with Runtime.open(settings) as runtime:
         yield runtime
+
+
+def _began_dir(archive: Archive) -> Path:
+    path = archive.path.parent / "began"
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise ArchiveError(f"cannot create {path}: {exc}") from exc
+    return path
 
 
 def limits_of(task: Task) -> Limits:

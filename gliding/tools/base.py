@@ -49,6 +49,7 @@ class ToolContext:
     workspace: Path
     settings: ToolSettings
     session: SessionRecall | None = None
+    began: Path | None = None  # a tool that ``marks_begin`` creates this file as it starts
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Tool:
     parameters: dict[str, Any]
     run: Callable[[dict[str, Any], ToolContext], Awaitable[str | ToolOutput]]
     idempotent: bool = True  # False: running it twice may differ (a shell command)
+    marks_begin: bool = False  # creates ToolContext.began the moment its effects start
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)

@@ -7,6 +7,10 @@ floods its output, or the caller is cancelled, the whole process group gets SIGK
 background children and grandchildren die with it. Output is read as it comes: the head up
 to the cap is kept, the rest only counted. A process that leaves the group (setsid) escapes;
 containing that needs cgroups or a container, which is the daemon's concern.
+
+With ``began`` (the bash tool gets it from ``ToolContext.began``), the bash process first creates
+that file and then ``exec``s the command: a resumed job that finds the file knows the command
+began (its effects are unknown), and one that does not find it knows it never ran.
 """
 
 from __future__ import annotations
@@ -95,8 +99,12 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+_MARK_THEN_RUN = ': > "$1" && exec /bin/bash -c "$0"'  # $0 the command, $1 the began file
+
+
 async def run_command(
-    command: str, workspace: Path, settings: ToolSettings, *, timeout_s: float | None = None
+    command: str, workspace: Path, settings: ToolSettings, *, timeout_s: float | None = None,
+    began: Path | None = None,
 ) -> CommandResult:
     """Run ``command`` with bash in the workspace sandbox and wait for it and its group.
 
@@ -110,8 +118,10 @@ async def run_command(
     cap = settings.bash.max_output_bytes
     flood_limit = cap * FLOOD_FACTOR
     try:
+        argv = (["/bin/bash", "-c", command] if began is None else
+                ["/bin/bash", "-c", _MARK_THEN_RUN, command, str(began)])
         proc = await anyio.open_process(
-            ["/bin/bash", "-c", command],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -177,7 +187,7 @@ async def run_command(
 
 
 async def _bash(args: dict[str, Any], ctx: ToolContext) -> str:
-    result = await run_command(args["command"], ctx.workspace, ctx.settings)
+    result = await run_command(args["command"], ctx.workspace, ctx.settings, began=ctx.began)
     return result.render()
 
 
@@ -187,4 +197,5 @@ BASH = Tool(
     schema(["command"], command=prop("string", "bash command line")),
     _bash,
     idempotent=False,
+    marks_begin=True,
 )

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gliding.bench.context import run_bench
 from gliding.context.tokens import TokenCounter
 
@@ -48,6 +50,7 @@ def test_context_bench_naive_totals_are_the_appended_prompts(tmp_path: Path) -> 
     assert result["strategies"]["naive"]["total_prompt_tokens"] == expected
 
 
+@pytest.mark.heavy
 def test_context_bench_cli_writes_json_and_png(tmp_path: Path) -> None:
     path = write(tmp_path, [trajectory(40, 150), trajectory(5, 3)])
     out = tmp_path / "r.json"

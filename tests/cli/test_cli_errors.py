@@ -1,18 +1,21 @@
-"""The ``gliding`` console script on bad input: one ``error:`` line (plus hint), the right exit
-code, no traceback, and nothing written: no data dir, no workspace, no archive.
+"""``gliding`` on bad input: one ``error:`` line (plus hint), the right exit code, no
+traceback, and nothing written: no data dir, no workspace, no archive.
 
 Exit codes (gliding/cli/app.py): 2 for a bad task file, config or IRI; 3 for a job or item the
-archive does not hold.
+archive does not hold. Most cases run the app in process (``invoke``); the ``console_script``
+tests run the installed script, so that exit codes 2 and 3, a click usage error and ``--help``
+are proven for a real process too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gliding import __version__
-from tests.cli.cli_support import CLIResult, run_cli, tree
+from tests.cli.cli_support import CLIResult, invoke, run_cli, tree
 from tests.config.malformed_cases import MALFORMED_TASKS
 
 VALID_TASK = "goal: Create hello.txt\n"
@@ -28,7 +31,7 @@ def assert_usage_error(result: CLIResult, *expected: str) -> None:
 
 
 def run_in(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> CLIResult:
-    return run_cli(list(args), cwd=tmp_path, env=env)
+    return invoke(list(args), cwd=tmp_path, env=env)
 
 
 # --- task files -------------------------------------------------------------------------------
@@ -50,8 +53,9 @@ def test_malformed_task_file_is_exit_2_and_writes_nothing(
     assert tree(tmp_path) == {"task.yaml"}  # no data dir, no workspace, no archive
 
 
-def test_missing_task_file_is_exit_2(tmp_path: Path) -> None:
-    result = run_in(tmp_path, "run", "nope.yaml", "--data-dir", "data")
+@pytest.mark.parametrize("cli", [invoke, run_cli], ids=["in_process", "console_script"])
+def test_missing_task_file_is_exit_2(tmp_path: Path, cli: Callable[..., CLIResult]) -> None:
+    result = cli(["run", "nope.yaml", "--data-dir", "data"], cwd=tmp_path)
 
     assert_usage_error(result, "nope.yaml: task file not found")
     assert tree(tmp_path) == set()
@@ -239,9 +243,12 @@ def test_memory_show_with_a_malformed_iri_is_exit_2(
     assert tree(tmp_path) == set()
 
 
-def test_memory_show_of_an_unknown_job_is_exit_3_with_a_hint(tmp_path: Path) -> None:
-    result = run_in(tmp_path, "memory", "show", "gliding://job/nojob-1/result/DA-1-0",
-                    "--data-dir", "data")
+@pytest.mark.parametrize("cli", [invoke, run_cli], ids=["in_process", "console_script"])
+def test_memory_show_of_an_unknown_job_is_exit_3_with_a_hint(
+    tmp_path: Path, cli: Callable[..., CLIResult]
+) -> None:
+    result = cli(["memory", "show", "gliding://job/nojob-1/result/DA-1-0", "--data-dir", "data"],
+                 cwd=tmp_path)
 
     assert result.code == 3, result
     assert result.stdout == b"", result
@@ -277,8 +284,8 @@ def test_version_prints_the_package_version(tmp_path: Path) -> None:
     assert result.out == f"gliding {__version__}\n"
 
 
-def test_help_lists_the_commands(tmp_path: Path) -> None:
-    result = run_in(tmp_path, "--help")
+def test_help_lists_the_commands_from_the_console_script(tmp_path: Path) -> None:
+    result = run_cli(["--help"], cwd=tmp_path)
 
     assert result.code == 0, result
     for command in ("run", "config", "memory", "--version", "--config"):
@@ -294,8 +301,11 @@ def test_help_of_each_group_lists_show(tmp_path: Path, group: str) -> None:
     assert "show" in result.out, result
 
 
-def test_unknown_command_is_a_usage_error_without_traceback(tmp_path: Path) -> None:
-    result = run_in(tmp_path, "frobnicate")
+@pytest.mark.parametrize("cli", [invoke, run_cli], ids=["in_process", "console_script"])
+def test_unknown_command_is_a_usage_error_without_traceback(
+    tmp_path: Path, cli: Callable[..., CLIResult]
+) -> None:
+    result = cli(["frobnicate"], cwd=tmp_path)
 
     assert result.code == 2, result
     assert "Traceback" not in result.stderr

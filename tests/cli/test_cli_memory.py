@@ -1,5 +1,8 @@
 """``gliding memory show IRI``: the archived bytes on stdout, exactly (no decoding, no newline
-added, no line-ending translation), and ``--meta`` as JSON whose sha256 is that of the bytes."""
+added, no line-ending translation), and ``--meta`` as JSON whose sha256 is that of the bytes.
+
+The app runs in process (``invoke``); one test runs the console script, so the bytes are proven
+on a real stdout too."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pytest
 
 from gliding.core.iri import record_iri, result_iri
 from gliding.memory.archive import Archive
-from tests.cli.cli_support import run_cli, tree
+from tests.cli.cli_support import invoke, run_cli, tree
 
 JOB = "job-2026.cli_test"
 
@@ -52,13 +55,26 @@ def test_memory_show_prints_the_stored_bytes_exactly(
     iri, data = archived[name]
     before = tree(tmp_path)
 
-    result = run_cli(["memory", "show", iri, "--data-dir", "data"], cwd=tmp_path)
+    result = invoke(["memory", "show", iri, "--data-dir", "data"], cwd=tmp_path)
 
     assert result.code == 0, result
     assert result.stdout == data
     assert result.stderr == ""
     assert tree(tmp_path) - before <= {  # reading may leave SQLite's WAL files, nothing else
         f"data/jobs/{JOB}/archive.sqlite3-wal", f"data/jobs/{JOB}/archive.sqlite3-shm"}
+
+
+@pytest.mark.parametrize("name", ["crlf_and_nul", "every_byte"])
+def test_memory_show_prints_the_stored_bytes_exactly_from_the_console_script(
+    tmp_path: Path, archived: dict[str, tuple[str, bytes]], name: str
+) -> None:
+    iri, data = archived[name]
+
+    result = run_cli(["memory", "show", iri, "--data-dir", "data"], cwd=tmp_path)
+
+    assert result.code == 0, result
+    assert result.stdout == data
+    assert result.stderr == ""
 
 
 def test_memory_show_reads_an_absolute_data_dir_from_anywhere(
@@ -68,8 +84,8 @@ def test_memory_show_reads_an_absolute_data_dir_from_anywhere(
     elsewhere.mkdir()
     iri, data = archived["invalid_utf8"]
 
-    result = run_cli(["memory", "show", iri, "--data-dir", str(tmp_path / "data")],
-                     cwd=elsewhere)
+    result = invoke(["memory", "show", iri, "--data-dir", str(tmp_path / "data")],
+                    cwd=elsewhere)
 
     assert result.code == 0, result
     assert result.stdout == data
@@ -82,7 +98,7 @@ def test_memory_show_meta_prints_json_with_the_sha256(
 ) -> None:
     iri, data = archived[name]
 
-    result = run_cli(["memory", "show", iri, "--data-dir", "data", "--meta"], cwd=tmp_path)
+    result = invoke(["memory", "show", iri, "--data-dir", "data", "--meta"], cwd=tmp_path)
 
     assert result.code == 0, result
     meta = json.loads(result.out)
@@ -106,7 +122,7 @@ def test_memory_show_meta_matches_the_archive_api(
     with Archive.open(tmp_path / "data", JOB, create=False) as archive:
         item = archive.get(iri)
 
-    result = run_cli(["memory", "show", iri, "--data-dir", "data", "--meta"], cwd=tmp_path)
+    result = invoke(["memory", "show", iri, "--data-dir", "data", "--meta"], cwd=tmp_path)
 
     meta = json.loads(result.out)
     assert (meta["sha256"], meta["size"], meta["created_at"]) == (
@@ -118,8 +134,8 @@ def test_memory_show_finds_the_data_dir_through_the_environment(
 ) -> None:
     iri, data = archived["every_byte"]
 
-    result = run_cli(["memory", "show", iri], cwd=tmp_path,
-                     env={"GLIDING_DATA_DIR": str(tmp_path / "data")})
+    result = invoke(["memory", "show", iri], cwd=tmp_path,
+                    env={"GLIDING_DATA_DIR": str(tmp_path / "data")})
 
     assert result.code == 0, result
     assert result.stdout == data

@@ -1,5 +1,6 @@
-"""A whole PA → DA → CA → AA job on a ScriptedLLM through ``run_job`` (what ``gliding run`` calls;
-the CLI itself cannot take a scripted model), then the report as the CLI renders it."""
+"""A whole PA → DA → CA → AA job on a ScriptedLLM through ``run_job`` (what ``gliding run`` calls),
+then the report as the CLI renders it; and ``gliding run --model scripted:replies.yaml`` itself,
+once as the real console script end to end and once in process for a failed job's exit code."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from gliding.config.task import load_task
 from gliding.daemon.compose import JobHandle, run_job
 from gliding.memory.archive import Archive
 from gliding.testing import ScriptedLLM, call
+from tests.cli.cli_support import invoke, run_cli
 
 CONTENT = "Hello, World! ✓ ünïcode\n"
 TASK = """\
@@ -190,3 +192,50 @@ def test_report_text_shows_tokens_per_role_and_check_evidence(job: Ran) -> None:
                                   str(report.total.completion_tokens)]
     assert report.artifacts[0][1] in text
     assert str(handle.archive) in text
+
+
+# --- gliding run --model scripted:FILE --------------------------------------------------------
+
+REPLIES = """\
+PA:
+  - finish: {steps: ["Write hello.txt with write_file"]}
+DA:
+  - write_file: {path: hello.txt, content: "Hello, World! ✓ ünïcode\\n"}
+  - finish: {summary: wrote hello.txt}
+CA:
+  - run_checks: {}
+  - finish: {notes: all checks pass}
+AA:
+  - finish: {decision: done, report: hello.txt is as asked}
+"""
+
+
+def test_gliding_run_of_a_scripted_job_from_the_console_script(tmp_path: Path) -> None:
+    (tmp_path / "task.yaml").write_text(TASK, encoding="utf-8")
+    (tmp_path / "replies.yaml").write_text(REPLIES, encoding="utf-8")
+
+    result = run_cli(["run", "task.yaml", "--model", "scripted:replies.yaml",
+                      "--data-dir", "data", "--json"], cwd=tmp_path)
+
+    assert result.code == 0, result
+    data = json.loads(result.out)
+    assert data["outcome"] == "success", data
+    assert data["model"] == f"scripted:{tmp_path / 'replies.yaml'}"
+    assert [c["status"] for c in data["checks"]] == ["pass", "pass"], data["checks"]
+    assert (tmp_path / "workspace" / "hello.txt").read_text(encoding="utf-8") == CONTENT
+    assert Path(data["archive"]).is_file()
+    assert "[CA] all checks passed → accept" in result.stderr  # progress lines, not on stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_gliding_run_of_a_job_that_fails_is_exit_1(tmp_path: Path) -> None:
+    (tmp_path / "task.yaml").write_text(TASK, encoding="utf-8")
+    (tmp_path / "replies.yaml").write_text(  # DA has no reply: its first model call fails
+        "PA:\n  - finish: {steps: [write hello.txt]}\n", encoding="utf-8")
+
+    result = invoke(["run", "task.yaml", "--model", "scripted:replies.yaml",
+                     "--data-dir", "data", "-q"], cwd=tmp_path)
+
+    assert result.code == 1, result
+    assert "Outcome: ERROR" in result.out, result
+    assert "Traceback" not in result.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from gliding.config.loader import load_settings
 from gliding.config.task import Task
@@ -36,6 +37,7 @@ def model(name: str) -> ScriptedLLM:
     }, delay_s=DELAY_S)
 
 
+@pytest.mark.heavy
 def test_two_jobs_in_one_runtime_both_ingest_and_recall_without_stalling(
         tmp_path: Path) -> None:
     settings = load_settings(overrides={"data_dir": str(tmp_path / "data"),

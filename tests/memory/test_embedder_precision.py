@@ -67,6 +67,7 @@ def unit_rows(vectors: np.ndarray) -> None:
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.heavy
 def test_fp32_is_the_model_as_shipped(fp32: Embedder, reference: np.ndarray) -> None:
     assert fp32.precision == "fp32" and not fp32.quantized and fp32.dim == 384
     unit_rows(reference)
@@ -75,6 +76,7 @@ def test_fp32_is_the_model_as_shipped(fp32: Embedder, reference: np.ndarray) -> 
     assert np.allclose(again[0], reference[0], atol=1e-5)
 
 
+@pytest.mark.heavy
 def test_bf16_stays_within_a_cosine_of_0_99_of_fp32(reference: np.ndarray) -> None:
     if not cpu_has_bf16():
         pytest.skip("this CPU has no native bfloat16 (emulated bf16 is not what ships)")
@@ -89,6 +91,7 @@ def test_bf16_stays_within_a_cosine_of_0_99_of_fp32(reference: np.ndarray) -> No
 # torch deprecates its eager quantisation API (for torchao); that is for vectors.py to act on,
 # not noise to show in every test run
 @pytest.mark.filterwarnings("ignore:torch.*quantiz")
+@pytest.mark.heavy
 def test_int8_is_quantised_and_still_ranks_like_fp32(reference: np.ndarray) -> None:
     int8 = load("int8")
     assert int8.precision == "int8" and int8.quantized
@@ -103,11 +106,13 @@ def test_int8_is_quantised_and_still_ranks_like_fp32(reference: np.ndarray) -> N
     assert int8.encode([]).shape == (0, 384)
 
 
+@pytest.mark.heavy
 def test_auto_picks_bf16_exactly_where_the_cpu_has_it() -> None:
     auto = load("auto")
     assert auto.precision == ("bf16" if cpu_has_bf16() else "int8")
 
 
+@pytest.mark.heavy
 def test_auto_without_native_bf16_quantises_to_int8(monkeypatch: pytest.MonkeyPatch) -> None:
     from gliding.memory import vectors
 
@@ -116,6 +121,7 @@ def test_auto_without_native_bf16_quantises_to_int8(monkeypatch: pytest.MonkeyPa
     assert auto is not None and auto.precision == "int8" and auto.quantized
 
 
+@pytest.mark.heavy
 def test_int8_off_the_cpu_falls_back_to_fp32() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

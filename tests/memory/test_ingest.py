@@ -81,6 +81,7 @@ def test_every_revision_is_archived(tmp_path: Path) -> None:
         assert "status" not in first and first["name"].startswith("Create hello.txt")
 
 
+@pytest.mark.heavy
 def test_memory_query_cli_reads_the_blackboard(tmp_path: Path) -> None:
     job = run(tmp_path)
     out = subprocess.run([GLIDING, "memory", "query",
@@ -120,6 +121,7 @@ def test_memory_search_finds_nodes_by_their_words(tmp_path: Path) -> None:
     assert "Step" in first and f"gliding://job/{job}/plan/1/step/2" in first
 
 
+@pytest.mark.heavy
 def test_memory_graph_draws_a_neighbourhood(tmp_path: Path) -> None:
     job = run(tmp_path)
     png = tmp_path / "g.png"

@@ -641,6 +641,7 @@ def test_a_failed_embedder_attach_leaves_recall_lexical_and_working() -> None:
     assert f"{G}/fact/b" in km.recall("bananas", 200).ids
 
 
+@pytest.mark.heavy
 def test_recall_from_a_thread_while_ingestion_writes_is_consistent() -> None:
     km = memory(embedder=HashEmbedder(), batch_size=4)
     errors: list[BaseException] = []

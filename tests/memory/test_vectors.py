@@ -65,6 +65,7 @@ def test_normalise_keeps_zero_rows() -> None:
     assert np.allclose(rows, [[0.6, 0.8], [0.0, 0.0]]) and rows.dtype == np.float32
 
 
+@pytest.mark.heavy
 def test_missing_model_gives_none_not_a_crash() -> None:
     assert load_embedder("/nonexistent/model/path") is None
 
@@ -79,6 +80,7 @@ def embedder() -> Embedder:
     return model
 
 
+@pytest.mark.heavy
 def test_minilm_embeds_offline_similar_closer_than_unrelated(embedder: Embedder) -> None:
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
     vectors = embedder.encode([

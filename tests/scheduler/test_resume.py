@@ -109,18 +109,26 @@ def test_a_job_killed_mid_role_resumes_without_asking_or_running_anything_twice(
     assert handle.report.resumed == 1 and not handle.report.workspace_changed
 
 
-def test_an_interrupted_shell_call_is_not_run_again_and_the_model_is_told(
-        tmp_path: Path) -> None:
-    task, settings, replies = setup(tmp_path)
-    job = crash(task, settings, Dying(replies, die_at=3))  # dies asked for DA turn 2
+def interrupt_da_turn_2(settings: Any, job: str, *, began: bool) -> None:
+    """As if the process died after DA asked for `echo two` and its intent was written, before
+    (``began=False``) or after (``began=True``) bash marked that the command began."""
     with Archive.open(settings.data_dir, job, create=False) as archive:
-        # as if the process had died between starting `echo two` and archiving its result
         archive.put(record_iri(job, "intent", "DA-2-0"), '{"command": "echo two >> log.txt"}',
                     kind="intent")
         turn_one = archive.get(f"gliding://job/{job}/turn/DA/1").content
         archive.put(f"gliding://job/{job}/turn/DA/2", (turn_one or b"").replace(
             b"echo one", b"echo two"), kind="turn", media_type="application/json",
             meta={"role": "DA", "turn": 2})
+        if began:
+            (archive.path.parent / "began").mkdir(exist_ok=True)
+            (archive.path.parent / "began" / "DA-2-0").touch()
+
+
+def test_an_interrupted_shell_call_is_not_run_again_and_the_model_is_told(
+        tmp_path: Path) -> None:
+    task, settings, replies = setup(tmp_path)
+    job = crash(task, settings, Dying(replies, die_at=3))  # dies asked for DA turn 2
+    interrupt_da_turn_2(settings, job, began=True)
     second = Dying(replies)
     handle = resume(job, settings, second)
 
@@ -132,6 +140,17 @@ def test_an_interrupted_shell_call_is_not_run_again_and_the_model_is_told(
         told = archive.get(f"gliding://job/{job}/result/DA-2-0").text()
     assert told.startswith("error: interrupted")
     assert ("DA", 2) not in second.asked
+
+
+def test_a_shell_call_cut_off_before_it_began_runs_on_resume(tmp_path: Path) -> None:
+    task, settings, replies = setup(tmp_path)
+    job = crash(task, settings, Dying(replies, die_at=3))
+    interrupt_da_turn_2(settings, job, began=False)
+
+    handle = resume(job, settings, Dying(replies))
+
+    assert handle.report is not None and handle.report.outcome == "success"
+    assert (tmp_path / "ws" / "log.txt").read_text() == "one\ntwo\nthree\n"  # two ran once
 
 
 def test_the_blackboard_catches_up_from_l0_on_resume(tmp_path: Path) -> None:

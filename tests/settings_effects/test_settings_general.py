@@ -79,6 +79,7 @@ def test_data_dir_default_is_dot_gliding_in_the_cwd(tmp: Path) -> None:
                                    "archive.sqlite3"]
 
 
+@pytest.mark.heavy
 def test_data_dir_from_the_cli_environment(tmp: Path) -> None:
     (tmp / "task.yaml").write_text(FAILING_TASK, encoding="utf-8")
 
@@ -115,6 +116,7 @@ def _json_lines(stderr: str) -> list[dict[str, object]]:
     return records
 
 
+@pytest.mark.heavy
 def test_log_level_info_and_format_json_give_json_lines_of_the_whole_job(tmp: Path) -> None:
     result = _run_failing_job(tmp, {"GLIDING_LOG_LEVEL": "info", "GLIDING_LOG_FORMAT": "json"})
 
@@ -129,6 +131,7 @@ def test_log_level_info_and_format_json_give_json_lines_of_the_whole_job(tmp: Pa
     assert all("timestamp" in r and "job" in r for r in records)
 
 
+@pytest.mark.heavy
 def test_log_level_warning_drops_info_lines(tmp: Path) -> None:
     result = _run_failing_job(tmp, {"GLIDING_LOG_LEVEL": "warning", "GLIDING_LOG_FORMAT": "json"})
 
@@ -136,18 +139,21 @@ def test_log_level_warning_drops_info_lines(tmp: Path) -> None:
     assert [(r["event"], r["level"]) for r in records] == [("llm.call.failed", "warning")]
 
 
+@pytest.mark.heavy
 def test_log_level_error_drops_warnings_too(tmp: Path) -> None:
     result = _run_failing_job(tmp, {"GLIDING_LOG_LEVEL": "error", "GLIDING_LOG_FORMAT": "json"})
 
     assert result.stderr == ""
 
 
+@pytest.mark.heavy
 def test_log_level_debug_keeps_info_lines(tmp: Path) -> None:
     result = _run_failing_job(tmp, {"GLIDING_LOG_LEVEL": "debug", "GLIDING_LOG_FORMAT": "json"})
 
     assert "job.started" in [r["event"] for r in _json_lines(result.stderr)]
 
 
+@pytest.mark.heavy
 def test_log_format_console_from_the_config_file_is_for_people(tmp: Path) -> None:
     result = _run_failing_job(tmp, config="log_level: info\nlog_format: console\n")
 
@@ -159,12 +165,14 @@ def test_log_format_console_from_the_config_file_is_for_people(tmp: Path) -> Non
             json.loads(line)
 
 
+@pytest.mark.heavy
 def test_log_format_json_from_the_config_file(tmp: Path) -> None:
     result = _run_failing_job(tmp, config="log_level: info\nlog_format: json\n")
 
     assert "job.finished" in [r["event"] for r in _json_lines(result.stderr)]
 
 
+@pytest.mark.heavy
 def test_environment_beats_the_config_file_for_logging(tmp: Path) -> None:
     result = _run_failing_job(tmp, {"GLIDING_LOG_FORMAT": "json"},
                               config="log_level: info\nlog_format: console\n")
@@ -172,6 +180,7 @@ def test_environment_beats_the_config_file_for_logging(tmp: Path) -> None:
     assert "job.started" in [r["event"] for r in _json_lines(result.stderr)]
 
 
+@pytest.mark.heavy
 def test_default_logging_shows_only_the_warning_for_people(tmp: Path) -> None:
     defaults = Settings()
     assert (defaults.log_level, defaults.log_format) == ("warning", "console")

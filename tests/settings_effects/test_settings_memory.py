@@ -127,6 +127,7 @@ def test_vectors_enabled_false_recalls_without_loading_an_embedder(tmp: Path) ->
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.heavy
 def test_vectors_enabled_loads_the_packaged_embedder_at_the_first_recall_in_the_precision_set(
         tmp: Path, precision: str) -> None:
     settings = settings_from(tmp, {"GLIDING_MEMORY__VECTORS__PRECISION": precision})
@@ -146,6 +147,7 @@ def test_vectors_enabled_loads_the_packaged_embedder_at_the_first_recall_in_the_
 # --- memory.vectors.url / collection -----------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_vectors_url_unreachable_logs_and_falls_back_to_the_exact_index(tmp: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     settings = settings_from(tmp, {"GLIDING_MEMORY__VECTORS__URL": url,
@@ -163,6 +165,7 @@ def test_vectors_url_unreachable_logs_and_falls_back_to_the_exact_index(tmp: Pat
     assert "port 5007" in knowledge.recall("service 7 port", 200).text
 
 
+@pytest.mark.heavy
 def test_vectors_collection_is_the_collection_open_knowledge_asks_qdrant_for(
         tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[tuple[str | None, str, int]] = []

@@ -200,3 +200,14 @@ async def test_bash_tool_failure_is_ok_outcome(tmp_path: Path) -> None:
     outcome = await toolset.call("bash", {"command": "echo nope; exit 2"}, ctx)
     assert outcome.ok
     assert outcome.output == "exit code 2\nnope"
+
+
+def test_a_command_marks_that_it_began_before_it_runs(tmp_path: Path) -> None:
+    mark = tmp_path / "began"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    result = anyio.run(lambda: run_command('ls ../began; echo "$0" "$1"', ws, _settings(),
+                                           began=mark))
+    assert mark.exists()
+    assert result.ok and result.output.startswith("../began")  # there when the command ran
+    assert "/bin/bash" in result.output  # the command sees bash's own $0, not ours

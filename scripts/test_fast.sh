@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The fast lane, for before every commit (under two minutes on two cores): lint, the import
+# contracts, types, and every test that is neither slow (the real local model) nor heavy (real
+# servers, embedding-model loads, big property runs, whole jobs in subprocesses). It assumes
+# scripts/setup.sh has run once. CI runs scripts/test.sh: setup and the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export HF_HUB_OFFLINE=1
+.venv/bin/ruff check gliding tests scripts
+.venv/bin/lint-imports
+.venv/bin/mypy gliding
+.venv/bin/python -m pytest -q -m "not slow and not heavy" "$@"
