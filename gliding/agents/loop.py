@@ -51,6 +51,7 @@ from gliding.llm.port import LLM, LLMRequest
 from gliding.memory.archive import CallRecord
 from gliding.memory.archive_port import ArchivePort
 from gliding.tools.base import ToolContext, ToolOutcome, Toolset, prop, schema
+from gliding.tools.shell import stop_orphan
 from gliding.tools.snapshot import fingerprint, snapshot
 
 
@@ -152,6 +153,7 @@ class AgentEnv:
     turn_base: int = 0  # turns the role used before this assignment (numbers its IRIs)
     on_demand: Mapping[str, Toolset] = field(default_factory=dict)  # loadable by tool_search
     began_dir: Path | None = None  # where tools that mark their begin leave the mark
+    data_dir: Path | None = None  # left out of workspace fingerprints when inside the workspace
 
 
 class _Session:
@@ -318,9 +320,11 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
         if tool is not None and not tool.idempotent:
             if await env.archive.find(intent) is not None and (began is None
                                                                or began.exists()):
-                outcome = ToolOutcome(False, INTERRUPTED)
+                stopped = began is not None and stop_orphan(began)
+                outcome = ToolOutcome(False, INTERRUPTED + (
+                    " It was still running and has been stopped." if stopped else ""))
                 log.warning("tool.call.interrupted", job=env.job, role=env.role.name, turn=n,
-                            tool=call.name)
+                            tool=call.name, stopped=stopped)
             else:  # a first call, or one whose intent was written but which never began
                 await env.archive.put(intent, call.arguments_json(), kind="intent",
                                       meta={"tool": call.name, "role": env.role.name, "turn": n})
@@ -331,7 +335,7 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
     if outcome.ok and repeated:
         outcome = ToolOutcome(True, outcome.output + "\nYou already made this exact call. "
                               "If your part is done, call finish.", outcome.data)
-    mark = await anyio.to_thread.run_sync(_workspace_mark, ctx.workspace)
+    mark = await anyio.to_thread.run_sync(_workspace_mark, ctx.workspace, env.data_dir)
     await env.archive.put(res_iri, outcome.output, kind="result",
                           meta={"tool": call.name, "arguments": call.arguments, "ok": outcome.ok,
                                 "role": env.role.name, "turn": n, "data": outcome.data,
@@ -339,8 +343,8 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
     return outcome, toolset
 
 
-def _workspace_mark(workspace: Path) -> str:
-    return fingerprint(snapshot(workspace))
+def _workspace_mark(workspace: Path, data_dir: Path | None) -> str:
+    return fingerprint(snapshot(workspace, data_dir))
 
 
 def _tool_search(arguments: Mapping[str, Any], toolset: Toolset,

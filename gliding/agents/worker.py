@@ -101,7 +101,12 @@ class AgentWorker:
                 _topic, assignment = await inbox.receive()
                 if not isinstance(assignment, Assignment) or assignment.job != kit.job:
                     continue  # only this job's assignments are addressed to the inbox
-                answer = await self.act(assignment)
+                try:
+                    answer = await self.act(assignment)
+                except Exception as exc:  # a bug or a failing store ends the role, not the job
+                    log.error("agent.crashed", job=kit.job, role=role,
+                              error=f"{type(exc).__name__}: {exc}")
+                    answer = failed_answer(assignment, f"{type(exc).__name__}: {exc}")
                 await kit.bus.publish(topics.result(kit.job, role), answer)
 
     async def act(self, a: Assignment) -> AnswerMsg:
@@ -119,7 +124,8 @@ class AgentWorker:
             budget=kit.budget, bus=kit.bus, now=kit.clock.monotonic,
             max_turns=kit.budget.limits.turns.get(spec.name, spec.max_turns),
             context=kit.settings.context, counter=kit.counter, extra_system=briefing,
-            turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir)
+            turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir,
+            data_dir=kit.settings.data_dir)
         await self._event("role.started", {"role": spec.name, "cycle": a.cycle,
                                            "attempt": a.attempt})
         result = await run_agent(env, a.instructions)
@@ -180,6 +186,19 @@ class AgentWorker:
         log.info(event, job=self.kit.job, **data)
         await self.kit.bus.publish(topics.events(self.kit.job),
                                    JobEvent(job=self.kit.job, event=event, data=data))
+
+
+def failed_answer(a: Assignment, error: str) -> AnswerMsg:
+    """The answer of a role whose session crashed: status failed, the error, nothing done."""
+    common: dict[str, Any] = {"job": a.job, "role": a.role, "cycle": a.cycle,
+                              "attempt": a.attempt, "status": "failed", "error": error}
+    if a.role == "PA":
+        return PlanMsg(**common, steps=[])
+    if a.role == "DA":
+        return ArtifactMsg(**common, summary="")
+    if a.role == "CA":
+        return CheckReportMsg(**common, results=[], passed=False)
+    return DecisionMsg(**common, decision="escalate", report=error)
 
 
 def restrict_decision(spec: RoleSpec, options: Sequence[str]) -> RoleSpec:

@@ -139,7 +139,9 @@ def resume(
         _fail(exc)
         return
     if handle.report is None:
-        typer.echo(f"job {job} already finished: {handle.finished_before}; nothing to resume")
+        typer.echo(json.dumps({"job": job, "outcome": handle.finished_before,
+                               "already_finished": True}) if json_out else
+                   f"job {job} already finished: {handle.finished_before}; nothing to resume")
         raise typer.Exit(0)
     data = report_dict(handle.report, archive=str(handle.archive), model=handle.model)
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if json_out else report_text(data))

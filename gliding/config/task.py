@@ -262,6 +262,13 @@ class CostPerRole(_Spec):
     AA: float | None = Field(None, ge=0)
 
 
+def _number(adapter: TypeAdapter[Any], value: Any, prefix: str) -> Any:
+    try:
+        return adapter.validate_python(value, strict=True)
+    except ValidationError as exc:
+        raise _invalid(f"{prefix}{exc.errors()[0]['msg']}, got {value!r}") from None
+
+
 _TOKENS: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(ge=1)])
 _COST: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(ge=0, allow_inf_nan=False)])
 
@@ -276,17 +283,17 @@ class BudgetsSpec(_Spec):
     @field_validator("prompt_tokens", "completion_tokens", "cost_usd", mode="before")
     @classmethod
     def _number_or_roles(cls, value: Any, info: ValidationInfo) -> Any:
-        if value is None or isinstance(value, dict | BaseModel):
+        if value is None or isinstance(value, BaseModel):
             return value
         number = _COST if info.field_name == "cost_usd" else _TOKENS
-        try:
-            return number.validate_python(value, strict=True)
-        except ValidationError as exc:
-            raise _invalid(f"{exc.errors()[0]['msg']}, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _invalid(f"must be a number (the whole job) or a mapping of role to number "
-                           f"like {{DA: 1000}}, got a {_kind(value)}")
-        return value
+        if isinstance(value, dict):  # per role: name the role and the value that is wrong
+            for role, item in value.items():
+                if role not in AGENT_ROLES:
+                    raise _invalid(f"unknown role {role!r} (roles: {_ROLE_LIST})")
+                if item is not None:
+                    _number(number, item, f"{role}: ")
+            return value
+        return _number(number, value, "")
 
     @field_validator("turns", mode="before")
     @classmethod

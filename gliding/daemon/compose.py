@@ -33,7 +33,7 @@ from gliding.core.iri import record_iri
 from gliding.core.messages import Usage
 from gliding.daemon.jobs import FINISHED, JobLock
 from gliding.daemon.runtime import Runtime
-from gliding.errors import ArchiveError, UsageError
+from gliding.errors import ArchiveError, GlidingError, UsageError
 from gliding.llm.port import LLM, backend_kind
 from gliding.memory.archive import Archive, archive_path
 from gliding.memory.archive_port import LocalArchive
@@ -47,7 +47,7 @@ from gliding.scheduler.supervisor import Command, SupervisorState, Verify
 from gliding.tools.base import ToolContext
 from gliding.tools.checks import ChecksGroup
 from gliding.tools.groups import job_groups
-from gliding.tools.snapshot import Snapshot, fingerprint, snapshot
+from gliding.tools.snapshot import MAX_FILES, Snapshot, fingerprint, snapshot
 
 log = structlog.get_logger("gliding.daemon")
 
@@ -56,7 +56,12 @@ INGEST_DRAIN_S = 30.0  # how long a finished job waits for ingestion to catch up
 
 def build_llm(model: str, settings: Settings) -> LLM:
     """The backend a model string names: ``local``, ``local:<gguf>``, ``scripted:<replies>``
-    or a litellm string."""
+    or a litellm string.
+
+    Raises:
+        UsageError: ``scripted`` without a file, or a replies file that cannot be used.
+        LLMError: the local model file is missing.
+    """
     kind = backend_kind(model)
     if kind == "local":
         from gliding.llm.local import LocalLLM
@@ -87,7 +92,13 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
                   llm: LLM | None = None, on_event: Callable[[JobEvent], None] | None = None,
                   clock: Clock | None = None, job_id: str | None = None,
                   runtime: Runtime | None = None) -> JobHandle:
-    """Run ``task`` to its outcome. Model precedence: ``llm`` > ``model`` > task > settings."""
+    """Run ``task`` to its outcome. Model precedence: ``llm`` > ``model`` > task > settings.
+
+    Raises:
+        UsageError: the model string or replies file is unusable, or the workspace cannot be
+            created (nothing is written then). ArchiveError: the archive cannot be written
+            (the job stops; ``gliding resume`` may continue it).
+    """
     chosen = model or task.model or settings.llm.model
     backend = llm or build_llm(chosen, settings)
     roles = load_roles()
@@ -99,15 +110,14 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
         except OSError as exc:
             raise UsageError(f"cannot create workspace {task.workspace}: {exc}") from exc
         with JobLock(archive.path.parent):
-            start = await anyio.to_thread.run_sync(snapshot, task.workspace)
-            for key, value in (("task", str(task.source)), ("task_record", task_record(task)),
-                               ("model", backend.name),
-                               # what resume builds the model from: a replies file absolute
-                               ("model_spec", backend.name if llm or backend_kind(chosen)
-                                == "scripted" else chosen),
-                               ("goal", task.goal), ("status", "running"),
-                               ("workspace_start", start)):
-                archive.set_meta(key, value)
+            start = await anyio.to_thread.run_sync(snapshot, task.workspace, settings.data_dir)
+            meta = (("task", str(task.source)), ("task_record", task_record(task)),
+                    ("model", backend.name),
+                    # what resume builds the model from: a replies file absolute
+                    ("model_spec", backend.name if llm or backend_kind(chosen) == "scripted"
+                     else chosen),
+                    ("goal", task.goal), ("status", "running"), ("workspace_start", start))
+            await anyio.to_thread.run_sync(_set_meta, archive, meta)  # all or nothing
             state, commands = _first_state(job, task, settings, archive)
             report = await _execute(_Job(task, settings, backend, roles, clock, archive, start,
                                          on_event, runtime), state, commands, resumed=False)
@@ -146,12 +156,19 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
                     state = SupervisorState.model_validate(entry.state)
                 except ValidationError as exc:
                     raise ArchiveError(f"the journal of job {job} is damaged: {exc}") from exc
-            changed = await anyio.to_thread.run_sync(_changed_since, archive, task.workspace)
+            changed = await anyio.to_thread.run_sync(_changed_since, archive, task.workspace,
+                                                     settings.data_dir)
             archive.set_meta("resumes", int(archive.get_meta("resumes", 0)) + 1)
             run = _Job(task, settings, backend, load_roles(), clock, archive, start, on_event,
                        runtime, workspace_changed=changed)
             report = await _execute(run, state, commands, resumed=entry is not None)
     return JobHandle(report, archive_path(settings.data_dir, job), backend.name)
+
+
+def _set_meta(archive: Archive, items: tuple[tuple[str, Any], ...]) -> None:
+    with archive.batch():
+        for key, value in items:
+            archive.set_meta(key, value)
 
 
 def _first_state(job: str, task: Task, settings: Settings,
@@ -180,6 +197,27 @@ class _Job:
 
 async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
                    resumed: bool) -> JobReport:
+    """Run the job; a GlidingError from inside its task groups comes out as itself."""
+    try:
+        return await _execute_grouped(j, state, commands, resumed=resumed)
+    except BaseExceptionGroup as group:
+        first = _first_error(group)
+        if first is None:
+            raise
+        raise first from group
+
+
+def _first_error(group: BaseExceptionGroup[Any]) -> GlidingError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, GlidingError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup) and (inner := _first_error(exc)) is not None:
+            return inner
+    return None
+
+
+async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Command], *,
+                           resumed: bool) -> JobReport:
     job, task, settings, archive = state.job, j.task, j.settings, j.archive
     async with _runtime(j.runtime, settings) as rt:
         bus = InProcessBus()
@@ -218,7 +256,7 @@ async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
                                   passed=all(r.passed for r in results), verified_by="runner")
 
         def workspace_now() -> str:
-            return fingerprint(snapshot(task.workspace))
+            return fingerprint(snapshot(task.workspace, settings.data_dir))
 
         journal = ArchiveJournal(archive, workspace_now)
         started = j.clock.monotonic()
@@ -230,9 +268,8 @@ async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
 
         async with bus.subscribe(topics.events(job), max_buffer=1000) as events:
             async with anyio.create_task_group() as tg:
-                forwarded = anyio.Event()
-                if j.on_event is not None:
-                    tg.start_soon(_forward, events, j.on_event, forwarded)
+                forwarded = anyio.Event()  # always drained: a full buffer would stall the job
+                tg.start_soon(_forward, events, j.on_event or _ignore, forwarded)
                 if ingest is not None:
                     await tg.start(ingest.serve, bus)
                 await tg.start(serve_agents)
@@ -246,17 +283,17 @@ async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
                 if ingest is not None:
                     with anyio.move_on_after(INGEST_DRAIN_S):
                         await ingest.done.wait()
-                if j.on_event is not None:
-                    with anyio.move_on_after(INGEST_DRAIN_S):
-                        await forwarded.wait()  # every event up to job.finished was shown
+                with anyio.move_on_after(INGEST_DRAIN_S):
+                    await forwarded.wait()  # every event up to job.finished was shown
                 tg.cancel_scope.cancel()
         await bus.aclose()
     assert final.outcome is not None
     artifacts = await anyio.to_thread.run_sync(_archive_artifacts, archive, task.workspace,
                                                final.written)
-    archive.set_meta("status", final.outcome)
+    await anyio.to_thread.run_sync(archive.set_meta, "status", final.outcome)
+    checked = await anyio.to_thread.run_sync(_checked_files, task, j.start)
     return build_report(final, artifacts=artifacts, wall_s=j.clock.monotonic() - started,
-                        checked_files=_checked_files(task, j.start),
+                        checked_files=checked,
                         resumed=int(archive.get_meta("resumes", 0)),
                         workspace_changed=j.workspace_changed)
 
@@ -293,24 +330,29 @@ def limits_of(task: Task) -> Limits:
 
 
 def _checked_files(task: Task, start: Snapshot) -> dict[str, str]:
-    """Each checked file: written (or changed) by this job, found unchanged, or missing."""
-    now = snapshot(task.workspace)
+    """Each checked file: written (or changed) by this job, found unchanged, or missing (or,
+    past a start snapshot cut at MAX_FILES, present without knowing who wrote it)."""
     out: dict[str, str] = {}
     for check in task.checks:
         path = getattr(check, "path", None)
         if not isinstance(path, str):
             continue
         key = str(Path(path))
-        if key not in now:
+        try:
+            st = (task.workspace / key).lstat()
+        except OSError:
             out[path] = "missing"
-        elif start.get(key) == now[key]:
+            continue
+        if key not in start and len(start) >= MAX_FILES:
+            out[path] = "present (the workspace is too big to tell who wrote it)"
+        elif start.get(key) == [st.st_size, st.st_mtime_ns]:
             out[path] = "found unchanged"
         else:
             out[path] = "written by this job"
     return out
 
 
-def _changed_since(archive: Archive, workspace: Path) -> bool:
+def _changed_since(archive: Archive, workspace: Path, data_dir: Path) -> bool:
     """Whether the workspace differs from what the job last recorded (journal or tool result).
     A change is reported, not trusted: the resumed agents see the workspace as it is now."""
     recorded = ""
@@ -320,7 +362,7 @@ def _changed_since(archive: Archive, workspace: Path) -> bool:
             recorded = mark
     if not recorded:
         return False
-    changed = fingerprint(snapshot(workspace)) != recorded
+    changed = fingerprint(snapshot(workspace, data_dir)) != recorded
     if changed:
         log.warning("job.workspace.changed", job=archive.job, workspace=str(workspace))
     return changed
@@ -344,6 +386,10 @@ def _archive_artifacts(archive: Archive, workspace: Path,
             continue
         out.append((path, iri))
     return tuple(out)
+
+
+def _ignore(event: JobEvent) -> None:
+    return None
 
 
 async def _forward(events: Any, on_event: Callable[[JobEvent], None],

@@ -33,7 +33,11 @@ class JobLock:
         self._fd: int | None = None
 
     def acquire(self) -> JobLock:
-        """Raises JobBusy when another process holds it, ArchiveError when it cannot be made."""
+        """Take the lock for this process.
+
+        Raises:
+            JobBusy: another process holds it. ArchiveError: the lock file cannot be made.
+        """
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:

@@ -8,9 +8,9 @@
     projector  L3 briefings, with a view cache every job's writes invalidate
     counter    the cl100k token counter
 
-Opening (``Runtime.open``) loads the knowledge index on a worker thread; ``aclose`` closes
-everything once. This module and ``compose`` are the composition root: the only places that
-pick backends.
+Opening (``Runtime.open``, an async context) loads the knowledge index on a worker thread;
+leaving the context closes everything once (``close``, on a worker thread). This module and
+``compose`` are the composition root: the only places that pick backends.
 """
 
 from __future__ import annotations
@@ -50,7 +50,12 @@ class Runtime:
     @classmethod
     @asynccontextmanager
     async def open(cls, settings: Settings) -> AsyncIterator[Runtime]:
-        """The resources of one process; closed when the context ends."""
+        """The resources of one process; closed when the context ends. A blackboard that
+        cannot be opened or reached is logged and left out (nothing is raised for it).
+
+        Raises:
+            GlidingError: the token counter's encoding cannot be loaded.
+        """
         counter = TokenCounter(settings.context.tokenizer)
         runtime = cls(settings, counter)
         board = await anyio.to_thread.run_sync(open_blackboard, settings)

@@ -27,6 +27,7 @@ deterministically (4 characters a token), at no cost. A malformed file is a Usag
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,13 +53,14 @@ def load_latency(path: Path) -> float:
     Raises:
         RepliesFileError: it is not a number >= 0.
     """
-    data, _ = load_yaml_with_lines(read_yaml_text(path, what="replies file",
-                                                  error=RepliesFileError), str(path),
-                                   error=RepliesFileError)
+    data, lines = load_yaml_with_lines(read_yaml_text(path, what="replies file",
+                                                      error=RepliesFileError), str(path),
+                                       error=RepliesFileError)
     value = data.get("latency_s", 0) if isinstance(data, dict) else 0
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise RepliesFileError(f"{path}: latency_s must be a number of seconds >= 0",
-                               hint=_HINT)
+    if (isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+            or not math.isfinite(value)):
+        raise RepliesFileError(f"{path}:{lines.get(('latency_s',), 1)}: latency_s must be a "
+                               "number of seconds >= 0", hint=_HINT)
     return float(value)
 
 
@@ -105,7 +107,29 @@ def _reply(value: Any, where: str, n: int) -> Message:
     if not isinstance(name, str) or not name or not isinstance(arguments, dict):
         raise RepliesFileError(f"{where}: the arguments of {name!r} must be a mapping",
                                hint=_HINT)
+    problem = _not_json(arguments)
+    if problem:
+        raise RepliesFileError(f"{where}: the arguments of {name!r} {problem}", hint=_HINT)
     return Message("assistant", "", (ToolCall(f"r{n}", name, dict(arguments)),))
+
+
+def _not_json(value: Any) -> str:
+    """What keeps ``value`` from being JSON a model could send ("" when nothing does)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"have a key that is not text: {key!r}"
+            if problem := _not_json(item):
+                return problem
+        return ""
+    if isinstance(value, list):
+        return next((p for p in map(_not_json, value) if p), "")
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"hold {value!r}, which JSON cannot carry"
+    if value is None or isinstance(value, str | int | float | bool):
+        return ""
+    return (f"hold a {type(value).__name__} ({value!r}); quote it to make it text"
+            [:200])
 
 
 class FileScriptedLLM:

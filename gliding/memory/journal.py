@@ -41,6 +41,11 @@ class ArchiveJournal:
         self.n = last.n if last else 0
 
     async def record(self, state: _Serialisable, cause: str) -> None:
+        """Append ``state`` as the next entry, durably.
+
+        Raises:
+            ArchiveError: the entry cannot be written.
+        """
         self.n += 1
         n = self.n
 

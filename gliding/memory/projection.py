@@ -17,6 +17,7 @@ Frames (what each role is shown):
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -54,34 +55,39 @@ class _View:
 
 @dataclass
 class Projector:
-    """Builds and caches briefings; ``count`` measures tokens (cl100k in the runtime)."""
+    """Builds and caches briefings; ``count`` measures tokens (cl100k in the runtime). One
+    Projector serves every job of a process from worker threads: the cache has a lock."""
 
     board: Blackboard
     count: Callable[[str], int]
     views: dict[tuple[str, str, int], _View] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def briefing(self, role: str, graph: str, budget_tokens: int) -> str:
         key = (role, graph, budget_tokens)
-        view = self.views.get(key)
-        if view is not None:
-            self.hits += 1
-            return view.text
-        self.misses += 1
+        with self._lock:
+            view = self.views.get(key)
+            if view is not None:
+                self.hits += 1
+                return view.text
+            self.misses += 1
         triples = self.board.construct(frame_query(role, graph))
         text, used = render(triples, budget_tokens, self.count)
-        self.views[key] = _View(text, used)
+        with self._lock:
+            self.views[key] = _View(text, used)
         return text
 
     def invalidate(self, iri: str, node_type: str | None = None) -> int:
         """Drop every view that used ``iri`` and, when the written node's type is given, every
         view whose frame selects that type (a new node may belong in it); returns how many."""
-        stale = [k for k, v in self.views.items()
-                 if iri in v.used or (node_type is not None
-                                      and f"gl:{node_type}" in FRAMES[k[0]]["types"])]
-        for k in stale:
-            del self.views[k]
+        with self._lock:
+            stale = [k for k, v in self.views.items()
+                     if iri in v.used or (node_type is not None
+                                          and f"gl:{node_type}" in FRAMES[k[0]]["types"])]
+            for k in stale:
+                del self.views[k]
         return len(stale)
 
 

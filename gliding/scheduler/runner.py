@@ -96,6 +96,10 @@ class JobRunner:
         again = supervisor.pending(state)
         log.info("job.resumed", job=state.job, cycle=state.cycle,
                  waiting=type(again).__name__ if again else None)
+        if state.outcome is not None:  # killed after its last transition: say it finished
+            await self._carry_out(state, Emit(event="job.finished",
+                                              data={"outcome": state.outcome}))
+            return state
         return await self.run(state, [again] if again is not None else [])
 
     async def _drive(self, state: SupervisorState, commands: list[Command],

@@ -6,8 +6,8 @@ A check that cannot be run (a path outside the workspace, an unreadable file) fa
 reason as its evidence; it never raises.
 
 ``ChecksGroup`` is the "check" tool group: it owns the task's checks and offers ``run_checks``,
-whose archived result keeps the verdicts as data (``outcomes``) so CA's report is the run it
-made, not a second one.
+whose archived result keeps the verdicts as data (``checks``, read by ``outcomes_in``) so
+CA's report is the run it made, not a second one.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ background children and grandchildren die with it. Output is read as it comes: t
 to the cap is kept, the rest only counted. A process that leaves the group (setsid) escapes;
 containing that needs cgroups or a container, which is the daemon's concern.
 
-With ``began`` (the bash tool gets it from ``ToolContext.began``), the bash process first creates
-that file and then ``exec``s the command: a resumed job that finds the file knows the command
-began (its effects are unknown), and one that does not find it knows it never ran.
+With ``began`` (the bash tool gets it from ``ToolContext.began``), the bash process first writes
+its pid to that file and then ``exec``s the command: a resumed job that finds the file knows the
+command began (its effects are unknown; ``stop_orphan`` stops it if it still runs), and one
+that does not find it knows it never ran.
 """
 
 from __future__ import annotations
@@ -99,7 +100,32 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-_MARK_THEN_RUN = ': > "$1" && exec /bin/bash -c "$0"'  # $0 the command, $1 the began file
+_MARK_THEN_RUN = 'echo $$ > "$1" && exec /bin/bash -c "$0"'  # $0 the command, $1 the mark
+
+
+def stop_orphan(began: Path) -> bool:
+    """Kill the process group of a command a killed job left running, if it still runs.
+
+    ``began`` holds the pid (= process group: the command leads its own session) it ran as.
+    The group is killed only while that pid is still a session leader that started before
+    ``began`` was written, so a reused pid is left alone. Returns whether a group was killed.
+    Raises nothing.
+    """
+    try:
+        pid = int(began.read_text().strip())
+        marked = began.stat().st_mtime
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat", encoding="ascii") as handle:
+            boot = next(float(line.split()[1]) for line in handle if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    session, start_ticks = int(fields[3]), int(fields[19])  # stat fields 6 and 22
+    started = boot + start_ticks / os.sysconf("SC_CLK_TCK")
+    if session != pid or started > marked + 1.0:  # btime has whole seconds
+        return False
+    _kill_group(pid)
+    return True
 
 
 async def run_command(

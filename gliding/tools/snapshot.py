@@ -18,12 +18,16 @@ MAX_FILES = 20_000
 Snapshot = dict[str, list[int]]  # relative path -> [size, mtime_ns]
 
 
-def snapshot(workspace: Path) -> Snapshot:
-    """Size and mtime of every regular file under ``workspace`` ({} if it does not exist)."""
+def snapshot(workspace: Path, skip: Path | None = None) -> Snapshot:
+    """Size and mtime of every regular file under ``workspace`` ({} if it does not exist),
+    leaving out the directory ``skip`` (the data directory, when it lies in the workspace: its
+    archives change with every write the job makes)."""
     out: Snapshot = {}
     root = os.fspath(workspace)
+    skipped = os.path.realpath(skip) if skip is not None else None
     for here, dirs, files in os.walk(root):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs
+                         if os.path.realpath(os.path.join(here, d)) != skipped)
         for name in sorted(files):
             full = os.path.join(here, name)
             try:

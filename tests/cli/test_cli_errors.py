@@ -95,6 +95,13 @@ def test_scripted_model_on_the_command_line_is_exit_2(tmp_path: Path) -> None:
     ("DA:\n  - {a: 1, b: 2}\n", "replies.yaml:2: DA reply 1: a reply is one mapping"),
     ("- just a list\n", "replies.yaml:1: a replies file maps roles"),
     ("DA: [\n", "replies.yaml"),
+    ("DA:\n  - write_file: {path: a, content: 2024-01-01}\n",
+     "replies.yaml:2: DA reply 1: the arguments of 'write_file' hold a date"),
+    ("DA:\n  - write_file: {path: a, content: .nan}\n",
+     "replies.yaml:2: DA reply 1: the arguments of 'write_file' hold nan"),
+    ("DA:\n  - write_file: {3: y}\n",
+     "replies.yaml:2: DA reply 1: the arguments of 'write_file' have a key that is not text"),
+    ("latency_s: -1\nDA:\n  - finish: {summary: x}\n", "replies.yaml:1: latency_s must be"),
 ])
 def test_a_bad_replies_file_is_exit_2_naming_its_line(tmp_path: Path, replies: str,
                                                       expected: str) -> None:

@@ -145,6 +145,16 @@ MALFORMED_TASKS: list[tuple[str, str, str]] = [
         "task.yaml:3: budgets.prompt_tokens: Input should be a valid integer",
     ),
     (
+        "cost_usd_unknown_role",
+        "goal: x\nbudgets:\n  cost_usd: {XX: 1}\n",
+        "task.yaml:3: budgets.cost_usd: unknown role 'XX' (roles: PA, DA, CA, AA)",
+    ),
+    (
+        "prompt_tokens_role_fraction",
+        "goal: x\nbudgets:\n  prompt_tokens: {DA: 1.5}\n",
+        "task.yaml:3: budgets.prompt_tokens: DA: Input should be a valid integer, got 1.5",
+    ),
+    (
         "zero_wall_time",
         "goal: x\nbudgets:\n  wall_time_s: 0\n",
         "task.yaml:3: budgets.wall_time_s: Input should be greater than 0",

@@ -3,6 +3,7 @@ shows as interrupted, resumes to the outcome of an uninterrupted run, and no ste
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -80,4 +81,8 @@ def test_kill9_mid_job_then_resume(tmp_path: Path) -> None:
     again = cli(tmp_path, "resume", job)
     assert again.returncode == 0
     assert f"job {job} already finished: success" in again.stdout
+    as_json = cli(tmp_path, "resume", job, "--json")
+    assert as_json.returncode == 0
+    assert json.loads(as_json.stdout) == {"job": job, "outcome": "success",
+                                          "already_finished": True}
     assert cli(tmp_path, "jobs").stdout.split()[1] == "success"

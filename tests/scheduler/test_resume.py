@@ -4,6 +4,7 @@ shell call is not repeated, and the blackboard catches up from L0."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +193,44 @@ def test_a_workspace_changed_behind_the_jobs_back_is_reported(tmp_path: Path) ->
     assert handle.report is not None and handle.report.workspace_changed
     assert handle.report.outcome != "success"  # the resumed job trusts nothing it did not do
     assert [c.status for c in handle.report.checks] == ["fail"]
+
+
+def test_a_job_killed_after_its_last_transition_resumes_to_its_outcome_at_once(
+        tmp_path: Path) -> None:
+    task, settings, replies = setup(tmp_path)
+    done = anyio.run(lambda: run_job(task, settings, llm=Dying(replies)))
+    assert done.report is not None
+    with Archive.open(settings.data_dir, done.report.job, create=False) as archive:
+        archive.set_meta("status", "running")  # as if killed before the status was written
+
+    again = resume(done.report.job, settings, Dying(replies))
+
+    assert again.report is not None and again.report.outcome == "success"
+    assert again.report.wall_s < 5  # no wait for events that will never come
+
+
+def test_a_data_dir_inside_the_workspace_is_not_a_change_behind_the_jobs_back(
+        tmp_path: Path) -> None:
+    task, settings, replies = setup(tmp_path)
+    task = dataclasses.replace(task, workspace=tmp_path)  # workspace "." holds the data dir
+    job = crash(task, settings, Dying(replies, die_at=4))
+    handle = resume(job, settings, Dying(replies))
+    assert handle.report is not None and handle.report.outcome == "success"
+    assert not handle.report.workspace_changed
+
+
+class Broken:
+    """A model backend with a bug: it raises something that is not a GlidingError."""
+
+    name = "broken"
+
+    async def complete(self, request: LLMRequest) -> Completion:
+        raise RuntimeError("a bug in the backend")
+
+
+def test_a_crashing_agent_ends_the_job_as_an_error_not_a_traceback(tmp_path: Path) -> None:
+    task, settings, _ = setup(tmp_path)
+    handle = anyio.run(lambda: run_job(task, settings, llm=Broken()))
+    assert handle.report is not None and handle.report.outcome == "error"
+    assert "RuntimeError: a bug in the backend" in (handle.report.stopped or "")
+    assert [j.status for j in list_jobs(settings.data_dir)] == ["error"]

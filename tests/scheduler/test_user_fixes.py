@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gliding.bus.messages import JobEvent
 from gliding.cli.render import progress_line, report_dict, report_text
 from gliding.core.checks import FileContains
@@ -138,3 +140,17 @@ def test_a_job_with_a_blackboard_is_offered_the_knowledge_tools(tmp_path: Path) 
     llm = ScriptedLLM({"DA": [call("list_dir", path="."), call("finish", summary="ok")]})
     run(make_task(tmp_path, pipeline=("DA",), checks=()), llm, tmp_path)
     assert "kg_search" in {t.name for t in llm.requests[0].tools}
+
+
+@pytest.mark.heavy  # a thousand model turns: about five seconds
+def test_a_job_without_an_event_listener_never_stalls_on_its_own_events(
+        tmp_path: Path) -> None:
+    from gliding.testing import text
+
+    llm = ScriptedLLM({"DA": [text("thinking")] * 1010 + [call("list_dir", path="."),
+                                                          call("finish", summary="ok")]})
+    task = make_task(tmp_path, pipeline=("DA",), turns={"DA": 1012}, checks=(),
+                     wall_time_s=120)
+    report = run(task, llm, tmp_path).report  # no on_event: nobody reads job/<job>/events
+    assert report is not None and report.outcome == "success"
+    assert report.roles[0].turns == 1012

@@ -211,3 +211,33 @@ def test_a_command_marks_that_it_began_before_it_runs(tmp_path: Path) -> None:
     assert mark.exists()
     assert result.ok and result.output.startswith("../began")  # there when the command ran
     assert "/bin/bash" in result.output  # the command sees bash's own $0, not ours
+
+
+def test_stop_orphan_kills_the_group_of_the_command_it_marked(tmp_path: Path) -> None:
+    import subprocess
+
+    from gliding.tools.shell import stop_orphan
+
+    mark = tmp_path / "began"
+    proc = subprocess.Popen(["/bin/bash", "-c", 'echo $$ > "$1" && exec /bin/bash -c "$0"',
+                             "sleep 30 & sleep 30", str(mark)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not (mark.exists() and mark.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stop_orphan(mark)
+        assert proc.wait(timeout=10) == -9
+        assert not stop_orphan(mark)  # gone: nothing to stop
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_stop_orphan_leaves_a_pid_that_is_not_the_marked_session_alone(tmp_path: Path) -> None:
+    from gliding.tools.shell import stop_orphan
+
+    mark = tmp_path / "began"
+    mark.write_text(str(os.getpid()))  # this test process: not a session leader it marked
+    assert not stop_orphan(mark)
+    mark.write_text("not a pid")
+    assert not stop_orphan(mark)
