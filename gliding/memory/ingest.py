@@ -43,7 +43,13 @@ from gliding.errors import GlidingError
 from gliding.memory.archive import Archive
 from gliding.memory.blackboard import Blackboard
 from gliding.memory.entities import Entities, extract
-from gliding.memory.vocabulary import PROPERTIES, VocabularyError, to_jsonld, validate_node
+from gliding.memory.vocabulary import (
+    PROPERTIES,
+    VocabularyError,
+    from_jsonld,
+    to_jsonld,
+    validate_node,
+)
 
 log = structlog.get_logger("gliding.memory")
 
@@ -205,8 +211,14 @@ class Ingestor:
         return out
 
     def restore(self) -> int:
-        """Take up the revisions an earlier run of this job archived (a resumed job), so an
-        unchanged node is not archived again; returns how many nodes it knew."""
+        """Take up what an earlier run of this job archived (a resumed job): each node's last
+        revision, so an unchanged node is not archived again, and the entities as last
+        written, so a later sighting merges with them; returns how many nodes it knew.
+
+        Raises:
+            ArchiveError: the archive cannot be read.
+        """
+        latest: dict[str, str] = {}
         for item in self.archive.list(kind="node"):
             node = item.meta.get("node")
             if not isinstance(node, str):
@@ -214,6 +226,13 @@ class Ingestor:
             revision = int(item.iri.rsplit("/", 1)[-1])
             if revision >= self._revisions.get(node, (0, ""))[0]:
                 self._revisions[node] = (revision, item.sha256)
+                latest[node] = item.iri
+        for node, revision_iri in latest.items():
+            if any(f"{self.job_iri}/{kind}/" in node for kind in ("file", "symbol", "error")):
+                try:
+                    self._entities[node] = from_jsonld(self.archive.get(revision_iri).text())
+                except VocabularyError:
+                    continue  # a damaged revision: the next sighting starts the node afresh
         return len(self._revisions)
 
     def decision(self, cycle: int, decision: str, report: str) -> str:

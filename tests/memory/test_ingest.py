@@ -295,3 +295,18 @@ def test_restore_takes_up_an_earlier_runs_revisions(tmp_path: Path) -> None:
         again.turn("DA", 1, f"{J}/turn/DA/1", "third")  # changed: the next revision
         turns = [i.iri for i in archive.list(kind="node") if "/node/turn/" in i.iri]
         assert turns == [f"{J}/node/turn/DA%2F1/{n}" for n in (1, 2, 3)]
+
+
+def test_restore_keeps_entities_merging_across_a_resume(tmp_path: Path) -> None:
+    ing, board, archive = ingestor(tmp_path)
+    crash = ('Traceback (most recent call last):\n  File "src/app.py", line 12, in main\n'
+             '    run()\nValueError: bad\n')
+    with archive:
+        ing.tool_result(ToolRecord("bash", {"command": "python src/app.py"}, False, crash,
+                                   f"{J}/result/DA-1-0"))
+        again = Ingestor(board, archive, "j")  # the resumed job's ingestor
+        again.restore()
+        again.tool_result(ToolRecord("read_file", {"path": "src/app.py"}, True,
+                                     "def main():\n    pass\n", f"{J}/result/DA-2-0"))
+        symbol = board.get(f"{J}/symbol/src%2Fapp.py#main", graph=J)
+    assert symbol is not None and symbol["line"] == 12  # the first sighting's line is kept
