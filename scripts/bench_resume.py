@@ -124,6 +124,8 @@ def main() -> None:
     opts = parser.parse_args()
     rng = random.Random(opts.seed)
     root = opts.workdir or Path(tempfile.mkdtemp(prefix="gliding-resume-"))
+    if root.is_dir() and any(root.iterdir()):
+        parser.error(f"--workdir {root} is not empty: give a new or empty directory")
     root.mkdir(parents=True, exist_ok=True)
     run_args = ["run", "task.yaml", "--model", "scripted:replies.yaml"]
 
