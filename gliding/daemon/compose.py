@@ -42,7 +42,7 @@ from gliding.memory.ingest_service import IngestService
 from gliding.memory.journal import ArchiveJournal, last_entry
 from gliding.scheduler import policy, supervisor
 from gliding.scheduler.report import JobReport, build_report
-from gliding.scheduler.runner import JobRunner
+from gliding.scheduler.runner import JobRunner, Verifier
 from gliding.scheduler.supervisor import Command, SupervisorState, Verify
 from gliding.tools.base import ToolContext
 from gliding.tools.checks import ChecksGroup
@@ -260,33 +260,14 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
 
         journal = ArchiveJournal(archive, workspace_now)
         started = j.clock.monotonic()
-        agents = anyio.CancelScope()
-
-        async def serve_agents(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-            with agents:
-                await worker.serve(task_status=task_status)
-
-        async with bus.subscribe(topics.events(job), max_buffer=1000) as events:
-            async with anyio.create_task_group() as tg:
-                forwarded = anyio.Event()  # always drained: a full buffer would stall the job
-                tg.start_soon(_forward, events, j.on_event or _ignore, forwarded)
-                if ingest is not None:
-                    await tg.start(ingest.serve, bus)
-                await tg.start(serve_agents)
-                if j.workspace_changed:
-                    await bus.publish(topics.events(job), JobEvent(
-                        job=job, event="job.workspace_changed", data={}))
-                runner = JobRunner(bus, verify, journal, task.wall_time_s,
-                                   stop_agents=agents.cancel)
-                final = await (runner.resume(state) if resumed else runner.run(state, commands))
-                agents.cancel()
-                if ingest is not None:
-                    with anyio.move_on_after(INGEST_DRAIN_S):
-                        await ingest.done.wait()
-                with anyio.move_on_after(INGEST_DRAIN_S):
-                    await forwarded.wait()  # every event up to job.finished was shown
-                tg.cancel_scope.cancel()
-        await bus.aclose()
+        await tools.open()  # the groups acquire what they own; closed however the job ends
+        try:
+            final = await _drive(j, state, commands, resumed, bus, worker, ingest, journal,
+                                 verify)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await tools.aclose()
+                await bus.aclose()
     assert final.outcome is not None
     artifacts = await anyio.to_thread.run_sync(_archive_artifacts, archive, task.workspace,
                                                final.written)
@@ -296,6 +277,40 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                         checked_files=checked,
                         resumed=int(archive.get_meta("resumes", 0)),
                         workspace_changed=j.workspace_changed)
+
+
+async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resumed: bool,
+                 bus: InProcessBus, worker: AgentWorker, ingest: IngestService | None,
+                 journal: ArchiveJournal, verify: Verifier) -> SupervisorState:
+    """Start ingestion, the agents and the event forwarding; run the supervisor to its end."""
+    job = state.job
+    agents = anyio.CancelScope()
+
+    async def serve_agents(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        with agents:
+            await worker.serve(task_status=task_status)
+
+    async with bus.subscribe(topics.events(job), max_buffer=1000) as events:
+        async with anyio.create_task_group() as tg:
+            forwarded = anyio.Event()  # always drained: a full buffer would stall the job
+            tg.start_soon(_forward, events, j.on_event or _ignore, forwarded)
+            if ingest is not None:
+                await tg.start(ingest.serve, bus)
+            await tg.start(serve_agents)
+            if j.workspace_changed:
+                await bus.publish(topics.events(job), JobEvent(
+                    job=job, event="job.workspace_changed", data={}))
+            runner = JobRunner(bus, verify, journal, j.task.wall_time_s,
+                               stop_agents=agents.cancel)
+            final = await (runner.resume(state) if resumed else runner.run(state, commands))
+            agents.cancel()
+            if ingest is not None:
+                with anyio.move_on_after(INGEST_DRAIN_S):
+                    await ingest.done.wait()
+            with anyio.move_on_after(INGEST_DRAIN_S):
+                await forwarded.wait()  # every event up to job.finished was shown
+            tg.cancel_scope.cancel()
+    return final
 
 
 @asynccontextmanager
