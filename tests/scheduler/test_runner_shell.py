@@ -32,6 +32,7 @@ from gliding.bus.port import Bus, Subscription
 from gliding.scheduler import policy, supervisor
 from gliding.scheduler.runner import JobRunner
 from gliding.scheduler.supervisor import SupervisorState, Verify
+from gliding.testing.clock import autojump
 
 JOB = "r1"
 CHECK = "file hello.txt contains 'Hi'"
@@ -133,8 +134,9 @@ async def crew(bus: Bus, reply: Reply, seen: list[Assignment], *,
 
 
 async def with_crew(bus: Bus, reply: Reply, seen: list[Assignment],
-                    job: Callable[[], Awaitable[SupervisorState]]) -> SupervisorState:
-    with anyio.fail_after(2):
+                    job: Callable[[], Awaitable[SupervisorState]],
+                    limit_s: float = 2) -> SupervisorState:
+    with anyio.fail_after(limit_s):  # virtual seconds under autojump
         async with anyio.create_task_group() as tg:
             await tg.start(crew, bus, reply, seen)
             final = await job()
@@ -291,13 +293,14 @@ def test_wall_time_running_out_verifies_and_ends_in_budget_exceeded() -> None:
     async def main() -> SupervisorState:
         bus = InProcessBus()
         state, commands = begin()
-        runner = JobRunner(bus, checks, journal, wall_time_s=0.05,
+        runner = JobRunner(bus, checks, journal, wall_time_s=600,
                            stop_agents=lambda: stopped.append(True))
-        return await with_crew(bus, answer_none, seen, lambda: runner.run(state, commands))
+        return await with_crew(bus, answer_none, seen, lambda: runner.run(state, commands),
+                               limit_s=3600)
 
-    final = anyio.run(main)
+    final = autojump(main)  # ten virtual minutes
     assert final.outcome == "budget_exceeded"
-    assert final.stop_reason == "wall time budget of 0.05s spent"
+    assert final.stop_reason == "wall time budget of 600s spent"
     assert [a.role for a in seen] == ["PA"]
     assert checks.calls == [Verify(cycle=1, attempt=0)] and final.verified_by == "runner"
     assert stopped == [True]
@@ -314,10 +317,11 @@ def test_wall_time_running_out_keeps_what_the_job_already_did() -> None:
     async def main() -> SupervisorState:
         bus = InProcessBus()
         state, commands = begin()
-        runner = JobRunner(bus, FakeChecks(), journal, wall_time_s=0.05)
-        return await with_crew(bus, reply, seen, lambda: runner.run(state, commands))
+        runner = JobRunner(bus, FakeChecks(), journal, wall_time_s=600)
+        return await with_crew(bus, reply, seen, lambda: runner.run(state, commands),
+                               limit_s=3600)
 
-    final = anyio.run(main)
+    final = autojump(main)
     assert [a.role for a in seen] == ["PA", "DA", "CA"]
     assert final.outcome == "budget_exceeded"
     before_time_up = journal.entries[journal.causes.index("time_up") - 1][0]
