@@ -52,7 +52,7 @@ from gliding.memory.archive import CallRecord
 from gliding.memory.archive_port import ArchivePort
 from gliding.tools.base import ToolContext, ToolOutcome, Toolset, prop, schema
 from gliding.tools.shell import stop_orphan
-from gliding.tools.snapshot import fingerprint, snapshot
+from gliding.tools.snapshot import mark as workspace_mark
 
 
 class State(Enum):
@@ -335,16 +335,12 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
     if outcome.ok and repeated:
         outcome = ToolOutcome(True, outcome.output + "\nYou already made this exact call. "
                               "If your part is done, call finish.", outcome.data)
-    mark = await anyio.to_thread.run_sync(_workspace_mark, ctx.workspace, env.data_dir)
+    marked = await anyio.to_thread.run_sync(workspace_mark, ctx.workspace, env.data_dir)
     await env.archive.put(res_iri, outcome.output, kind="result",
                           meta={"tool": call.name, "arguments": call.arguments, "ok": outcome.ok,
                                 "role": env.role.name, "turn": n, "data": outcome.data,
-                                "workspace": mark})
+                                "workspace": marked})
     return outcome, toolset
-
-
-def _workspace_mark(workspace: Path, data_dir: Path | None) -> str:
-    return fingerprint(snapshot(workspace, data_dir))
 
 
 def _tool_search(arguments: Mapping[str, Any], toolset: Toolset,

@@ -47,7 +47,8 @@ from gliding.scheduler.supervisor import Command, SupervisorState, Verify
 from gliding.tools.base import ToolContext
 from gliding.tools.checks import ChecksGroup
 from gliding.tools.groups import job_groups
-from gliding.tools.snapshot import MAX_FILES, Snapshot, fingerprint, snapshot
+from gliding.tools.snapshot import MAX_FILES, Snapshot, snapshot
+from gliding.tools.snapshot import mark as workspace_mark
 
 log = structlog.get_logger("gliding.daemon")
 
@@ -117,8 +118,9 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
                     ("model_spec", backend.name if llm or backend_kind(chosen) == "scripted"
                      else chosen),
                     ("goal", task.goal), ("status", "running"), ("workspace_start", start))
-            await anyio.to_thread.run_sync(_set_meta, archive, meta)  # all or nothing
-            state, commands = _first_state(job, task, settings, archive)
+            state, commands = _first_state(job, task, settings)
+            await anyio.to_thread.run_sync(_set_meta, archive, (  # all or nothing
+                *meta, ("pipeline", list(state.roles))))
             report = await _execute(_Job(task, settings, backend, roles, clock, archive, start,
                                          on_event, runtime), state, commands, resumed=False)
     return JobHandle(report, archive_path(settings.data_dir, job), backend.name)
@@ -150,7 +152,7 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
             entry = last_entry(archive)
             commands: list[Command] = []
             if entry is None:  # killed before its first transition: start it over
-                state, commands = _first_state(job, task, settings, archive)
+                state, commands = _first_state(job, task, settings)
             else:
                 try:
                     state = SupervisorState.model_validate(entry.state)
@@ -158,9 +160,12 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
                     raise ArchiveError(f"the journal of job {job} is damaged: {exc}") from exc
             changed = await anyio.to_thread.run_sync(_changed_since, archive, task.workspace,
                                                      settings.data_dir)
-            archive.set_meta("resumes", int(archive.get_meta("resumes", 0)) + 1)
+            await anyio.to_thread.run_sync(_set_meta, archive, (
+                ("resumes", int(archive.get_meta("resumes", 0)) + 1),
+                ("pipeline", list(state.roles))))
             run = _Job(task, settings, backend, load_roles(), clock, archive, start, on_event,
-                       runtime, workspace_changed=changed)
+                       runtime, workspace_changed=changed,
+                       journaled=entry.n if entry is not None else 0)
             report = await _execute(run, state, commands, resumed=entry is not None)
     return JobHandle(report, archive_path(settings.data_dir, job), backend.name)
 
@@ -171,11 +176,10 @@ def _set_meta(archive: Archive, items: tuple[tuple[str, Any], ...]) -> None:
             archive.set_meta(key, value)
 
 
-def _first_state(job: str, task: Task, settings: Settings,
-                 archive: Archive) -> tuple[SupervisorState, list[Command]]:
+def _first_state(job: str, task: Task,
+                 settings: Settings) -> tuple[SupervisorState, list[Command]]:
     choice = policy.choose_pipeline(task.goal, task.pipeline, has_checks=bool(task.checks),
                                     simple_max_words=settings.scheduler.simple_goal_max_words)
-    archive.set_meta("pipeline", list(choice.roles))
     return supervisor.start(job, task.goal, choice, [c.describe() for c in task.checks],
                             max_corrections=settings.scheduler.max_corrections,
                             max_cycles=settings.scheduler.max_cycles)
@@ -193,6 +197,7 @@ class _Job:
     on_event: Callable[[JobEvent], None] | None
     runtime: Runtime | None
     workspace_changed: bool = False
+    journaled: int = 0  # journal entries an earlier run wrote (the next one is journaled + 1)
 
 
 async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
@@ -255,10 +260,9 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                                   attempt=command.attempt, results=results,
                                   passed=all(r.passed for r in results), verified_by="runner")
 
-        def workspace_now() -> str:
-            return fingerprint(snapshot(task.workspace, settings.data_dir))
-
-        journal = ArchiveJournal(archive, workspace_now)
+        journal = ArchiveJournal(archive, after=j.journaled,
+                                 fingerprint=lambda: workspace_mark(task.workspace,
+                                                                    settings.data_dir))
         started = j.clock.monotonic()
         await tools.open()  # the groups acquire what they own; closed however the job ends
         try:
@@ -377,7 +381,7 @@ def _changed_since(archive: Archive, workspace: Path, data_dir: Path) -> bool:
             recorded = mark
     if not recorded:
         return False
-    changed = fingerprint(snapshot(workspace, data_dir)) != recorded
+    changed = workspace_mark(workspace, data_dir) != recorded
     if changed:
         log.warning("job.workspace.changed", job=archive.job, workspace=str(workspace))
     return changed

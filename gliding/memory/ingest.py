@@ -40,7 +40,7 @@ import structlog
 from gliding.core.iri import hashed_segment, record_iri
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
-from gliding.memory.archive import Archive
+from gliding.memory.archive import Archive, ArchivedItem
 from gliding.memory.blackboard import Blackboard
 from gliding.memory.entities import Entities, extract
 from gliding.memory.vocabulary import (
@@ -218,19 +218,12 @@ class Ingestor:
         Raises:
             ArchiveError: the archive cannot be read.
         """
-        latest: dict[str, str] = {}
-        for item in self.archive.list(kind="node"):
-            node = item.meta.get("node")
-            if not isinstance(node, str):
-                continue
-            revision = int(item.iri.rsplit("/", 1)[-1])
+        for node, (revision, item) in latest_revisions(self.archive).items():
             if revision >= self._revisions.get(node, (0, ""))[0]:
                 self._revisions[node] = (revision, item.sha256)
-                latest[node] = item.iri
-        for node, revision_iri in latest.items():
             if any(f"{self.job_iri}/{kind}/" in node for kind in ("file", "symbol", "error")):
                 try:
-                    self._entities[node] = from_jsonld(self.archive.get(revision_iri).text())
+                    self._entities[node] = from_jsonld(self.archive.get(item.iri).text())
                 except VocabularyError:
                     continue  # a damaged revision: the next sighting starts the node afresh
         return len(self._revisions)
@@ -319,6 +312,24 @@ class Ingestor:
         if len(quote(name, safe="")) > MAX_SEGMENT_CHARS:  # L0 IRI segments are bounded
             name = hashed_segment(name)
         return str(record_iri(self.job, "node", kind, name or "-", str(revision)))
+
+
+def latest_revisions(archive: Archive) -> dict[str, tuple[int, ArchivedItem]]:
+    """Each node with revisions in ``archive``: its newest revision's number and entry
+    (listed, without content).
+
+    Raises:
+        ArchiveError: the archive cannot be read.
+    """
+    latest: dict[str, tuple[int, ArchivedItem]] = {}
+    for item in archive.list(kind="node"):
+        node = item.meta.get("node")
+        if not isinstance(node, str):
+            continue
+        revision = int(item.iri.rsplit("/", 1)[-1])
+        if revision >= latest.get(node, (0, item))[0]:
+            latest[node] = (revision, item)
+    return latest
 
 
 def _result_summary(record: ToolCall, found: Entities) -> str:

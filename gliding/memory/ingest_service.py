@@ -44,7 +44,7 @@ from gliding.core.iri import record_iri
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
 from gliding.memory.archive import Archive
-from gliding.memory.ingest import Ingestor
+from gliding.memory.ingest import Ingestor, latest_revisions
 from gliding.memory.vocabulary import from_jsonld
 
 log = structlog.get_logger("gliding.memory")
@@ -146,15 +146,11 @@ class IngestService:
         Returns (nodes rewritten, turns and results ingested). Failures are logged."""
         ing = self.ingestor
         ing.restore()
-        latest: dict[str, str] = {}
-        for item in self.archive.list(kind="node"):
-            node = item.meta.get("node")
-            if isinstance(node, str):
-                latest[node] = item.iri
+        latest = latest_revisions(self.archive)
         rewritten = 0
-        for node_iri, revision in latest.items():
+        for node_iri, (_n, revision) in latest.items():
             try:
-                ing.board.put(from_jsonld(self.archive.get(revision).content or b""),
+                ing.board.put(from_jsonld(self.archive.get(revision.iri).content or b""),
                               graph=ing.graph)
                 rewritten += 1
             except GlidingError as exc:

@@ -34,11 +34,13 @@ class JournalEntry:
 class ArchiveJournal:
     """``scheduler.runner.Journal`` over a job's archive."""
 
-    def __init__(self, archive: Archive, fingerprint: Callable[[], str] | None = None) -> None:
+    def __init__(self, archive: Archive, *, after: int,
+                 fingerprint: Callable[[], str] | None = None) -> None:
+        """A journal whose next entry is ``after + 1`` (``last_entry(archive).n`` of a resumed
+        job, 0 for a new one)."""
         self.archive = archive
         self.fingerprint = fingerprint
-        last = last_entry(archive)
-        self.n = last.n if last else 0
+        self.n = after
 
     async def record(self, state: _Serialisable, cause: str) -> None:
         """Append ``state`` as the next entry, durably.

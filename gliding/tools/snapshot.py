@@ -46,6 +46,7 @@ def fingerprint(snap: Snapshot) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def changed(before: Snapshot, after: Snapshot) -> list[str]:
-    """The paths added, removed or modified between two snapshots, sorted."""
-    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+def mark(workspace: Path, skip: Path | None = None) -> str:
+    """The fingerprint of the workspace as it is now (``skip`` as for ``snapshot``)."""
+    return fingerprint(snapshot(workspace, skip))
+
