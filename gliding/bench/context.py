@@ -57,6 +57,15 @@ class Step:
     tool: str | None
 
 
+def exact_counter(encoding: str) -> TokenCounter:
+    """A counter with the real tokenizer; benchmarks refuse the 4-characters fallback."""
+    counter = TokenCounter(encoding)
+    if not counter.exact:
+        raise UsageError(f"the {encoding} tokenizer is not available",
+                         hint="install tiktoken (scripts/setup.sh does)")
+    return counter
+
+
 def load_records(path: Path) -> list[dict[str, Any]]:
     """The JSON-lines file; a malformed line is a UsageError naming its number."""
     records = []
@@ -194,16 +203,22 @@ class Tally:
     recovered: int = 0
     assembly_ms: list[float] = field(default_factory=list)
     per_step: list[int] = field(default_factory=list)
+    compactions: int = 0
+    major_compactions: int = 0
+    working_set_tokens: int = 0
+    max_compactions_per_call: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"calls": self.calls, "total_prompt_tokens": self.total,
                 "peak_prompt_tokens": self.peak, "cached_cost": round(self.cached_cost, 1),
                 "fact_recall": _ratio(self.facts_found, self.facts), "facts": self.facts,
-                "recoverability": _ratio(self.recovered, self.outputs)}
+                "recoverability": _ratio(self.recovered, self.outputs),
+                "compactions": self.compactions, "major_compactions": self.major_compactions,
+                "working_set_tokens": self.working_set_tokens}
 
 
 def replay(record: dict[str, Any], make: Callable[[], Strategy], counter: TokenCounter,
-           ) -> tuple[Tally, Strategy]:
+           dump: Path | None = None) -> tuple[Tally, Strategy]:
     steps = steps_of(record)
     strategy = make()
     tally = Tally()
@@ -213,12 +228,17 @@ def replay(record: dict[str, Any], make: Callable[[], Strategy], counter: TokenC
     pending = 0.0
     for index, step in enumerate(steps):
         if step.role == "assistant":
+            before = _compactions(strategy)
             started = time.perf_counter()
             prompt = strategy.prompt()
             tally.assembly_ms.append((pending + time.perf_counter() - started) * 1000)
+            tally.max_compactions_per_call = max(tally.max_compactions_per_call,
+                                                 _compactions(strategy) - before)
             pending = 0.0
             tokens = [counter.count(m.content) + MESSAGE_OVERHEAD for m in prompt]
             size = sum(tokens)
+            if dump is not None:
+                _dump(dump, tally.calls + 1, prompt, tokens, step.action)
             keys: list[tuple[str, str]] = [(m.role, m.content) for m in prompt]
             shared = 0
             for a, b in zip(keys, previous, strict=False):
@@ -247,17 +267,26 @@ def replay(record: dict[str, Any], make: Callable[[], Strategy], counter: TokenC
         if isinstance(strategy, Gliding) and step.role == "tool":
             elapsed -= strategy.archive_s[-1]
         pending += elapsed
+    if isinstance(strategy, Gliding) and strategy.engine is not None:
+        stats = strategy.engine.stats
+        tally.compactions = stats.compactions
+        tally.major_compactions = stats.major_compactions
+        tally.working_set_tokens = stats.working_set_tokens
     return tally, strategy
 
 
+def _compactions(strategy: Strategy) -> int:
+    engine = getattr(strategy, "engine", None)
+    return engine.stats.compactions if engine is not None else 0
+
+
 def run_bench(path: Path, *, settings: ContextSettings | None = None,
-              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Replay every record of ``path`` through the four strategies; the JSON report."""
+              progress: Callable[[str], None] | None = None,
+              dump_prompts: Path | None = None) -> dict[str, Any]:
+    """Replay every record of ``path`` through the four strategies; the JSON report. With
+    ``dump_prompts``, every prompt the gliding strategy built is written there as text."""
     settings = settings or ContextSettings()
-    counter = TokenCounter(settings.tokenizer)
-    if not counter.exact:
-        raise UsageError("the cl100k_base tokenizer is not available",
-                         hint="install tiktoken (scripts/setup.sh does)")
+    counter = exact_counter(settings.tokenizer)
     records = load_records(path)
     out: dict[str, Any] = {"trajectories": len(records), "input": str(path),
                            "settings": settings.model_dump(), "strategies": {}}
@@ -281,40 +310,61 @@ def run_bench(path: Path, *, settings: ContextSettings | None = None,
                     "gliding": functools.partial(Gliding, settings, counter, archive, job),
                 }
                 for name, make in makers.items():
-                    tally, strategy = replay(record, make, counter)
+                    folder = (dump_prompts / f"{i:03d}-{_safe(label)}"
+                              if dump_prompts is not None and name == "gliding" else None)
+                    tally, strategy = replay(record, make, counter, dump=folder)
                     _recoverability(tally, strategy, record)
                     per[name].append(tally)
                     if isinstance(strategy, Gliding):
                         archive_ms += [s * 1000 for s in strategy.archive_s]
                     if i == plot_index:
                         plot[name] = tally.per_step
+    systems = [str(r.get("system") or "unknown") for r in records]
     for name, tallies in per.items():
-        all_ms = [ms for t in tallies for ms in t.assembly_ms]
-        facts = sum(t.facts for t in tallies)
-        found = sum(t.facts_found for t in tallies)
-        outputs = sum(t.outputs for t in tallies)
-        out["strategies"][name] = {
-            "total_prompt_tokens": sum(t.total for t in tallies),
-            "peak_prompt_tokens": max(t.peak for t in tallies),
-            "cached_cost": round(sum(t.cached_cost for t in tallies), 1),
-            "fact_recall": _ratio(found, facts),
-            "recoverability": _ratio(sum(t.recovered for t in tallies), outputs),
-            "assembly_ms_p50": round(percentile(all_ms, 50), 3),
-            "assembly_ms_p99": round(percentile(all_ms, 99), 3),
-            "per_trajectory": [
-                {"task_id": records[i].get("task_id"), "system": records[i].get("system"),
-                 **t.as_dict()} for i, t in enumerate(tallies)],
-        }
-    naive = out["strategies"]["naive"]
-    for name in STRATEGIES:
-        s = out["strategies"][name]
-        s["vs_naive"] = {
-            "total_prompt_tokens": _saving(s["total_prompt_tokens"], naive["total_prompt_tokens"]),
-            "cached_cost": _saving(s["cached_cost"], naive["cached_cost"]),
-        }
+        entry = _aggregate(tallies, per["naive"])
+        entry["per_trajectory"] = [
+            {"task_id": records[i].get("task_id"), "system": systems[i], **t.as_dict()}
+            for i, t in enumerate(tallies)]
+        entry["by_source"] = {
+            system: _aggregate([t for t, s in zip(tallies, systems, strict=True) if s == system],
+                               [t for t, s in zip(per["naive"], systems, strict=True)
+                                if s == system])
+            for system in sorted(set(systems))}
+        out["strategies"][name] = entry
     out["strategies"]["gliding"]["archive_ms_p50"] = round(percentile(archive_ms, 50), 3)
     out["plot"] = {"task_id": records[plot_index].get("task_id"), "prompt_tokens": plot}
     return out
+
+
+def _aggregate(tallies: list[Tally], naive: list[Tally]) -> dict[str, Any]:
+    """The figures of a set of replays, and their savings against the same records' naive."""
+    all_ms = [ms for t in tallies for ms in t.assembly_ms]
+    calls = sum(t.calls for t in tallies)
+    total = sum(t.total for t in tallies)
+    cost = sum(t.cached_cost for t in tallies)
+    return {
+        "trajectories": len(tallies),
+        "calls": calls,
+        "total_prompt_tokens": total,
+        "peak_prompt_tokens": max(t.peak for t in tallies),
+        "cached_cost": round(cost, 1),
+        "fact_recall": _ratio(sum(t.facts_found for t in tallies), sum(t.facts for t in tallies)),
+        "facts": sum(t.facts for t in tallies),
+        "recoverability": _ratio(sum(t.recovered for t in tallies),
+                                 sum(t.outputs for t in tallies)),
+        "assembly_ms_p50": round(percentile(all_ms, 50), 3),
+        "assembly_ms_p99": round(percentile(all_ms, 99), 3),
+        "compactions": sum(t.compactions for t in tallies),
+        "major_compactions": sum(t.major_compactions for t in tallies),
+        "compactions_per_call": round(sum(t.compactions for t in tallies) / calls, 4)
+        if calls else 0.0,
+        "max_compactions_per_call": max(t.max_compactions_per_call for t in tallies),
+        "working_set_tokens": sum(t.working_set_tokens for t in tallies),
+        "vs_naive": {
+            "total_prompt_tokens": _saving(total, sum(t.total for t in naive)),
+            "cached_cost": _saving(cost, sum(t.cached_cost for t in naive)),
+        },
+    }
 
 
 def plot_png(result: dict[str, Any], path: Path) -> None:
@@ -349,6 +399,25 @@ def _recoverability(tally: Tally, strategy: Strategy, record: dict[str, Any]) ->
         return
     last = {m.content for m in strategy.prompt()}
     tally.recovered = sum(1 for text in outputs if text in last)
+
+
+def _dump(folder: Path, call: int, prompt: list[Message], tokens: list[int],
+          action: str) -> None:
+    """One prompt as a person reads it: each message with its role and tokens, then the
+    action the trajectory took next."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        parts = [f"=== {m.role}{' ' + m.name if m.name else ''} ({t} tokens)\n{m.content}"
+                 for m, t in zip(prompt, tokens, strict=True)]
+        parts.append(f"=== next action (not in the prompt)\n{action}")
+        (folder / f"call-{call:03d}.txt").write_text("\n\n".join(parts) + "\n",
+                                                     encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write prompts under {folder}: {exc}") from exc
+
+
+def _safe(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)[:60] or "record"
 
 
 def _message(step: Step) -> Message:

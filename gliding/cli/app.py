@@ -373,6 +373,8 @@ def bench_context(
     trajectories: Path = typer.Argument(..., help="JSON-lines file of agent trajectories."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
     png: Path | None = typer.Option(None, "--png", help="Plot (default: next to --out)."),
+    dump_prompts: Path | None = typer.Option(
+        None, "--dump-prompts", help="Write every prompt gliding built here, one file a call."),
 ) -> None:
     """Replay trajectories through naive, obs_mask, compact_recent and gliding contexts."""
     from gliding.errors import GlidingError
@@ -382,7 +384,8 @@ def bench_context(
 
         settings = _settings()
         result = run_bench(trajectories, settings=settings.context,
-                           progress=lambda line: typer.echo(line, err=True))
+                           progress=lambda line: typer.echo(line, err=True),
+                           dump_prompts=dump_prompts)
         text = json.dumps(result, indent=2)
         if out:
             out.write_text(text + "\n", encoding="utf-8")
@@ -397,6 +400,26 @@ def bench_context(
                for name, s in result["strategies"].items()}
     typer.echo(json.dumps({"trajectories": result["trajectories"], "strategies": summary},
                           indent=2) if out else text)
+
+
+@bench_app.command("prefetch")
+def bench_prefetch(
+    trajectories: Path = typer.Argument(..., help="JSON-lines file of agent trajectories."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
+) -> None:
+    """Hit rate and precision of none, lru and gliding prefetch before every model call."""
+    from gliding.errors import GlidingError
+
+    try:
+        from gliding.bench.prefetch import run_prefetch_bench
+
+        settings = _settings()
+        result = run_prefetch_bench(trajectories, settings=settings.context,
+                                    progress=lambda line: typer.echo(line, err=True))
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    _write_result(result, out, {k: v for k, v in result.items() if k != "per_trajectory"})
 
 
 def _precision(text: str) -> Precision:
@@ -438,10 +461,15 @@ def bench_memory(
     except GlidingError as exc:
         _fail(exc)
         return
+    _write_result(result, out, result)
+
+
+def _write_result(result: dict[str, Any], out: Path | None, summary: dict[str, Any]) -> None:
+    """The whole result to ``out`` (when given) and ``summary`` to stdout, else all to stdout."""
     text = json.dumps(result, indent=2)
     if out:
         out.write_text(text + "\n", encoding="utf-8")
-    typer.echo(text)
+    typer.echo(json.dumps(summary, indent=2) if out else text)
 
 
 def main() -> None:

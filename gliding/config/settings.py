@@ -53,13 +53,13 @@ class SchedulerSettings(_Section):
 
 class ToolResultIRISettings(_Section):
     threshold: int = Field(2048, ge=128)  # bytes; a larger tool result is archived + summarised
-    preview_size: int = Field(1024, ge=128)  # bytes the summary + IRI may take in the prompt
+    preview_size: int = Field(2048, ge=128)  # bytes the summary + IRI may take in the prompt
 
 
 class WindowSettings(_Section):
-    target_tokens: int = Field(4000, ge=200)  # the prompt size batch compaction aims at
+    target_tokens: int = Field(3000, ge=200)  # the prompt size batch compaction aims at
     high_water: float = Field(0.8, gt=0, le=1)  # compact when the prompt passes this share
-    low_water: float = Field(0.5, gt=0, lt=1)  # ... down to this share of target_tokens
+    low_water: float = Field(0.4, gt=0, lt=1)  # ... down to this share of target_tokens
     max_tokens: int = Field(16000, ge=500)  # hard ceiling: never a larger prompt
     max_messages: int = Field(60, ge=2)  # live messages after the history blocks, at most
     keep_recent: int = Field(2, ge=1)  # newest messages always kept verbatim
@@ -72,10 +72,19 @@ class WindowSettings(_Section):
 
 
 class SummarySettings(_Section):
-    budget_tokens: int = Field(800, ge=50)  # the L1 history blocks' token budget
+    budget_tokens: int = Field(200, ge=50)  # the L1 lines' token budget (facts not counted)
     beta: float = Field(0.5, ge=0, le=1)  # weight of relevance against recency and cheapness
     w_recency: float = Field(0.7, ge=0)  # weight of recency within (1 - beta)
     w_cost: float = Field(0.3, ge=0)  # weight of cheapness (few tokens) within (1 - beta)
+    facts_budget_tokens: int = Field(2000, ge=0)  # kept facts' lines in the history block
+    line_chars: int = Field(160, ge=40, le=2000)  # characters of one L1 line, at most
+
+
+class PrefetchSettings(_Section):
+    enabled: bool = False  # a working-set block of predicted earlier lines after the live messages
+    budget_tokens: int = Field(400, ge=0)  # tokens the working-set block may take
+    max_sources: int = Field(6, ge=1)  # earlier results or turns it may quote from
+    lines_per_source: int = Field(3, ge=1)  # lines it may quote from one source
 
 
 class ContextSettings(_Section):
@@ -84,6 +93,7 @@ class ContextSettings(_Section):
     tool_result_iri: ToolResultIRISettings = ToolResultIRISettings()
     window: WindowSettings = WindowSettings()
     summaries: SummarySettings = SummarySettings()
+    prefetch: PrefetchSettings = PrefetchSettings()
 
 
 def _http_url(value: str | None, example: str) -> str | None:

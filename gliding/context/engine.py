@@ -1,29 +1,38 @@
 """The context engine: assembles every prompt of one agent session.
 
     [stable prefix: system (role, constitution, tool notes) + demonstrations + the task]
-    [history block: the L1 chain, one line per compacted turn with its IRI]   ← changes only
-    [live messages, newest last]                                               at compactions
+    [history block: L1 lines (one per compacted turn, with its IRI) and kept facts]  ← changes
+    [live messages, newest last]                                       only at compactions
+    [working set: predicted earlier lines, when prefetch is on]
 
 Tool results over ``threshold`` bytes enter the live list already routed (summary + IRI, see
 ``router``). Between compactions the prompt only grows by appending, so a provider's prompt
 cache keeps hitting. When the prompt passes the high-water mark (or ``max_messages``), the
 oldest live messages — never fewer than ``keep_recent`` kept, never a tool result separated
 from the call before it — move into the L1 chain until the prompt is under the low-water mark;
-the chain evicts by score to its budget and is rendered as the history block.
+each becomes one line (``gist``), the chain evicts by score to its budget, and the identifiers
+the agent used whose messages left come back as fact lines (``facts``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gliding.config.settings import ContextSettings
-from gliding.context.router import identifiers, route_result
+from gliding.context.facts import FactBook
+from gliding.context.gist import action_line, gist
+from gliding.context.router import route_result
 from gliding.context.tokens import TokenCounter
+from gliding.core.identifiers import identifiers
 from gliding.core.messages import Message
-from gliding.memory.summaries import ChainEntry, SummaryChain, Weights
+from gliding.memory.prefetch.lines import LineIndex
+from gliding.memory.prefetch.predictor import Predictor, PrefetchParams, Warm
+from gliding.memory.summaries import ChainEntry, SummaryChain, Weights, base_of, relative
 
 MESSAGE_FLOOR = 16  # tokens a cut message keeps at least (its framing and the cut notice)
+WORKING_SET = "(working set)"  # the tool label of a live prefetch block
 READ_BACK_TOOLS = frozenset({"read_result", "grep_result"})  # already archived: never re-routed
 
 
@@ -35,6 +44,8 @@ class _Live:
     tool: str | None
     tokens: int
     source: str  # the content as it happened (before routing or cutting), for the L1 summary
+    whole: bool = True  # the prompt holds the source in full (not routed, not cut)
+    ids: frozenset[str] = frozenset()  # identifiers the prompt shows of this message
 
 
 @dataclass
@@ -46,6 +57,7 @@ class EngineStats:
     prompt_tokens: int = 0  # Σ over prompts built
     baseline_tokens: int = 0  # Σ over prompts of the append-only prompt
     last_prompt_tokens: int = 0
+    working_set_tokens: int = 0  # Σ over prompts of the working-set block
     history: list[ChainEntry] = field(default_factory=list)  # every compacted turn, for recall
 
 
@@ -75,7 +87,19 @@ class ContextEngine:
         self._batch = (w.high_water - w.low_water) * w.target_tokens
         self._trigger = max(w.high_water * w.target_tokens, self._prefix_tokens + self._batch)
         self._baseline_live = 0  # tokens of every message ever added, unrouted
+        self._mentioned: set[str] = set()  # identifiers the agent or the task wrote
+        for m in self.prefix:
+            if m.role == "user":
+                self._mentioned.update(identifiers(m.content))
         self.stats = EngineStats()
+        p = settings.prefetch
+        self.lines = LineIndex()
+        self.predictor = Predictor(self.lines, PrefetchParams(p.budget_tokens, p.max_sources,
+                                                              p.lines_per_source))
+        self._prefix_ids = frozenset().union(*(identifiers(m.content) for m in self.prefix))
+        self._segment_ids: frozenset[str] = frozenset()
+        self.warmed: list[Warm] = []  # what the last prompt's working set quotes
+        self.facts = FactBook(settings.summaries.facts_budget_tokens, counter.count)
 
     # ---- input ---------------------------------------------------------------------
     def add(self, message: Message, *, iri: str, tool: str | None = None) -> Message:
@@ -83,6 +107,19 @@ class ContextEngine:
         self._turn += 1
         self._baseline_live += self.counter.message(message)
         source = message.content
+        said: list[str] = []
+        if message.role in ("assistant", "user"):
+            said = identifiers(source)
+            for call in message.tool_calls:
+                said += identifiers(call.arguments_json())
+            self._mentioned.update(said)
+        if message.role in ("assistant", "tool"):
+            self.lines.add(iri, source, turn=self._turn,
+                           kind="result" if message.role == "tool" else "turn")
+        if message.role == "assistant":
+            self.facts.observe_use(said, self._turn, self._prefix_ids)
+            if self.settings.prefetch.enabled:
+                self.predictor.observe_action(said)
         if message.role == "tool" and (tool or message.name) not in READ_BACK_TOOLS:
             routed = route_result(message.content, iri=iri, tool=tool or message.name,
                                   threshold=self.settings.tool_result_iri.threshold,
@@ -95,7 +132,10 @@ class ContextEngine:
         tokens = self.counter.message(message)
         if tokens > cap:  # cut once, now, so that no prompt ever rewrites a message it sent
             message, tokens = self._cut(message, iri, cap)
-        self.live.append(_Live(message, iri, self._turn, tool or message.name, tokens, source))
+        shown = frozenset(identifiers(message.content)).union(
+            *(identifiers(c.arguments_json()) for c in message.tool_calls))
+        self.live.append(_Live(message, iri, self._turn, tool or message.name, tokens, source,
+                               message.content == source, shown))
         return message
 
     def _cut(self, message: Message, iri: str, cap: int) -> tuple[Message, int]:
@@ -125,12 +165,54 @@ class ContextEngine:
             total = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
         if total > s.max_tokens:
             total = self._enforce_ceiling()
+        block = self._working_set(focus)
+        if block is not None:
+            # appended to the live messages like any other: later prompts keep it, cached,
+            # until the next compaction drops it (its lines are in L0 under their IRIs)
+            extra = self.counter.message(block)
+            self.live.append(_Live(block, "", self._turn, WORKING_SET, extra, block.content,
+                                   False, frozenset(identifiers(block.content))))
+            total += extra
+            self.stats.working_set_tokens += extra
         messages = [*self.prefix, *self._segments, *(x.message for x in self.live)]
         self.stats.prompts += 1
         self.stats.prompt_tokens += total
         self.stats.last_prompt_tokens = total
         self.stats.baseline_tokens += self._prefix_tokens + self._baseline_live
         return messages
+
+    def _working_set(self, focus: str) -> Message | None:
+        """The prefetch block: earlier lines the next step is predicted to need, after the
+        live messages (so it never disturbs the cached part of the prompt)."""
+        self.warmed = []
+        if not self.settings.prefetch.enabled or not self.live or not len(self.lines):
+            return None
+        query: dict[str, float] = {}
+        for ident in identifiers(focus):
+            query[ident] = 0.5
+        weights = {"assistant": 2.0, "tool": 1.0, "user": 1.5}
+        for item in [x for x in self.live if x.tool != WORKING_SET][-2:]:
+            w = weights.get(item.message.role, 1.0)
+            for ident in identifiers(item.source):
+                query[ident] = max(query.get(ident, 0.0), w)
+        visible = set(self._prefix_ids) | self._segment_ids
+        for item in self.live:
+            visible |= item.ids
+        exclude = {x.iri for x in self.live if x.whole}
+        if self.live[-1].tool == WORKING_SET:
+            return None  # nothing new happened since the last prediction
+        self.warmed = self.predictor.predict(query, visible=visible, exclude=exclude,
+                                             count=self.counter.count)
+        quoted = [w for w in self.warmed if w.lines]
+        if not quoted:
+            return None
+        base = base_of(self.warmed[0].iri)
+        out = ["[Working set: earlier lines that may bear on the next step "
+               f"(<x> means {base}x; read_result(IRI) has the full text).]"]
+        for warm in quoted:
+            text = " | ".join(f"{line.number}: {line.text}" for line in warm.lines)
+            out.append(f"<{relative(warm.iri, base)}> {text}")
+        return Message("user", "\n".join(out))
 
     def breakpoints(self, messages: Sequence[Message]) -> list[int]:
         """Where a provider's prompt cache should break, at most ``cache_breakpoints``: the end
@@ -143,11 +225,16 @@ class ContextEngine:
             if self.settings.cache_breakpoints else []
 
     def recall(self, query: str, limit: int = 8) -> list[ChainEntry]:
-        """Compacted turns (kept or evicted) that share the most terms with ``query``."""
+        """Compacted turns (kept or evicted) that share the most terms with ``query``, by their
+        L1 line and the identifiers of their full text (the line index)."""
         from gliding.memory.summaries import relevance, terms
 
         wanted = terms(query)
-        scored = [(relevance(terms(e.summary), wanted), e) for e in self.stats.history]
+        scored = []
+        for e in self.stats.history:
+            source = self.lines.sources.get(e.iri)
+            text = e.summary if source is None else e.summary + " " + " ".join(source.ids)
+            scored.append((relevance(wanted, terms(text)), e))
         scored = [(r, e) for r, e in scored if r > 0]
         scored.sort(key=lambda x: (-x[0], -x[1].turn))
         return [e for _r, e in scored[:limit]]
@@ -172,8 +259,8 @@ class ContextEngine:
 
     def _compact(self, focus: str) -> None:
         s = self.settings.window
+        budget = self.chain.budget_tokens
         target = s.low_water * s.target_tokens
-        budget = self.settings.summaries.budget_tokens
         live_tokens = sum(x.tokens for x in self.live)
         cut = 0
         limit = max(0, len(self.live) - s.keep_recent)
@@ -193,45 +280,60 @@ class ContextEngine:
         moved, self.live = self.live[:cut], self.live[cut:]
         added = []
         for item in moved:
-            original = Message(item.message.role, item.source, item.message.tool_calls)
-            entry = self.chain.add(item.turn, _role_label(item), summarise(original), item.iri)
+            if item.tool == WORKING_SET:
+                continue  # derived from earlier sources, which keep their own lines
+            entry = self.chain.add(item.turn, _role_label(item), self._line(item), item.iri)
             added.append(entry)
             self.stats.history.append(entry)
-        if self.chain.tokens <= self.chain.budget_tokens:
+        base = base_of(next((x.iri for x in moved if x.iri), ""))
+        rel = functools.partial(_relative_to, base)
+        live_ids: set[str] = set(self._prefix_ids)
+        for item in self.live:
+            live_ids |= item.ids
+        visible = live_ids | self._segment_ids
+        for entry in added:
+            visible.update(identifiers(entry.summary))
+        new_facts = self.facts.add_lines(self.facts.missing(visible, self.lines), self.lines, rel)
+        if (self.chain.tokens <= self.chain.budget_tokens
+                and self.facts.tokens <= self.facts.budget_tokens):
             # minor compaction: the new lines go in a block of their own after the earlier
             # blocks, which stay byte-identical (and cached)
-            self._segments.append(Message("user", self.chain.render(added, weak=False)))
+            parts = [self.chain.render(added, weak=False) if added else "",
+                     self.facts.render(new_facts, rel)]
+            self._segments.append(Message("user", "\n".join(p for p in parts if p)))
         else:
-            # major compaction: evict by score, then one block replaces all earlier ones
+            # major compaction: evict by score, then one block replaces all earlier ones; the
+            # facts that only evicted lines showed come back as fact lines
             focus_text = focus + "\n" + "\n".join(x.message.content[-2000:]
                                                    for x in self.live[-2:])
             self.chain.evict(focus_text)
-            self._segments = [Message("user", self.chain.render())]
+            visible = set(live_ids)
+            for entry in self.chain.entries:
+                visible.update(identifiers(entry.summary))
+            self.facts.evict()
+            self.facts.add_lines(self.facts.missing(visible, self.lines), self.lines, rel)
+            self.facts.evict()
+            parts = [self.chain.render(), self.facts.render(self.facts.lines, rel)]
+            self._segments = [Message("user", "\n".join(p for p in parts if p))]
             self.stats.major_compactions += 1
         self._history_tokens = self.counter.messages(self._segments)
+        self._segment_ids = frozenset().union(*(identifiers(m.content) for m in self._segments))
         self.stats.compactions += 1
         floor = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
         self._trigger = max(s.high_water * s.target_tokens, floor + self._batch)
 
 
-def summarise(message: Message, width: int = 140, first_width: int = 70) -> str:
-    """The extractive L1 summary of one message: the start of its first line, then the
-    identifiers it mentions that the start does not show, within ``width`` characters."""
-    text = message.content
-    for call in message.tool_calls:
-        text = f"{call.name}({call.arguments_json()[:80]}) " + text
-    lines = [x.strip() for x in text.splitlines() if x.strip()]
-    first = lines[0] if lines else "(empty)"
-    if len(first) > first_width:
-        first = first[: first_width - 1] + "…"
-    line = first
-    for ident in identifiers(text):
-        if ident in line:
-            continue
-        if len(line) + len(ident) + 1 > width:
-            break
-        line += " " + ident
-    return line
+    def _line(self, item: _Live) -> str:
+        m = item.message
+        if m.role == "assistant":
+            calls = [f"{c.name}({c.arguments_json()[:120]})" for c in m.tool_calls]
+            return action_line(item.source, calls, width=self.settings.summaries.line_chars)
+        return gist(item.source, salient=self._mentioned,
+                    width=self.settings.summaries.line_chars)
+
+
+def _relative_to(base: str, iri: str) -> str:
+    return relative(iri, base)
 
 
 def _role_label(item: _Live) -> str:

@@ -23,11 +23,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from gliding.core.identifiers import identifiers
 from gliding.core.text import clip
 
-IDENTIFIER = re.compile(r"[A-Za-z0-9_./-]*[/_.][A-Za-z0-9_./-]*[A-Za-z0-9]|\b\d{3,}\b")
-_RUN = re.compile(r"[A-Za-z0-9_./-]+")
-MAX_RUN = 300  # longer runs (hashes, base64) are not identifiers a later step types
 LINE_CHARS = 160  # one line of a summary
 _GREP_LINE = re.compile(r"^(?P<path>[^\s:][^:]{0,300}?):(?P<line>\d+)[:-]")
 _NUMBERED = re.compile(r"^\s*(\d+)[:|\t ]")
@@ -92,21 +90,6 @@ def classify(output: str, tool: str | None) -> str:
     if name in SHELL_TOOLS or _EXIT.search(output[:300]):
         return "shell"
     return "text"
-
-
-def identifiers(text: str) -> list[str]:
-    """Identifiers of at least 4 characters, in order of first appearance, without repeats.
-
-    ``IDENTIFIER`` is applied run by run (maximal stretches of identifier characters, at most
-    ``MAX_RUN`` long): on one long unbroken run the pattern would backtrack quadratically."""
-    found: dict[str, None] = {}
-    for run in _RUN.findall(text):
-        if len(run) > MAX_RUN:
-            continue
-        for m in IDENTIFIER.findall(run):
-            if len(m) >= 4:
-                found.setdefault(m)
-    return list(found)
 
 
 # ---- summarisers: (output, lines) -> list of lines, most important first ---------------------

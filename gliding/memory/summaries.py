@@ -112,7 +112,7 @@ class SummaryChain:
 
     def add(self, turn: int, role: str, summary: str, iri: str) -> ChainEntry:
         line = " ".join(summary.split())
-        rendered = _render(turn, role, line, _relative(iri, _base(iri)))
+        rendered = _render(turn, role, line, relative(iri, base_of(iri)))
         entry = ChainEntry(turn, role, line, iri, self.count(rendered) + 1)
         self.entries.append(entry)
         return entry
@@ -133,10 +133,10 @@ class SummaryChain:
         """A structured history block: one line per turn (all kept ones by default), then a
         note on the weak references. IRIs are written relative to the block's base."""
         chosen = list(self.entries if entries is None else entries)
-        base = _base(chosen[0].iri) if chosen else ""
+        base = base_of(chosen[0].iri) if chosen else ""
         lines = [f"[Earlier turns, summarised. <x> means {base}x; read_result(IRI) gives the "
                  "full text.]"]
-        lines += [_render(e.turn, e.role, e.summary, _relative(e.iri, base)) for e in chosen]
+        lines += [_render(e.turn, e.role, e.summary, relative(e.iri, base)) for e in chosen]
         if weak and self.weak:
             lines.append(f"[{len(self.weak)} older turns dropped from this list; "
                          "recall(query) finds them.]")
@@ -147,11 +147,11 @@ def _render(turn: int, role: str, summary: str, iri: str) -> str:
     return f"#{turn} {role}: {summary} <{iri}>"
 
 
-def _base(iri: str) -> str:
+def base_of(iri: str) -> str:
     """``gliding://job/<job>/`` of an IRI (the part every line of one session shares)."""
     parts = iri.split("/")
     return "/".join(parts[:4]) + "/" if len(parts) > 4 and iri.startswith("gliding://") else ""
 
 
-def _relative(iri: str, base: str) -> str:
+def relative(iri: str, base: str) -> str:
     return iri[len(base):] if base and iri.startswith(base) else iri

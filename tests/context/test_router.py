@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gliding.config.settings import ToolResultIRISettings
-from gliding.context.router import classify, identifiers, route_result
+from gliding.context.router import classify, route_result
+from gliding.core.identifiers import identifiers
 from gliding.core.iri import result_iri
 
 IRI = str(result_iri("job-7", "DA-3-0"))
