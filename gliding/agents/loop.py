@@ -185,6 +185,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     records: list[ToolRecord] = []
     error: str | None = None
     seen_calls: set[str] = set()
+    calls: tuple[ToolCall, ...] = ()
     completion: Completion | None = None
     usage, schema_tokens, replayed = Usage(), 0, 0
     while state not in TERMINAL:
@@ -207,6 +208,11 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 all(t in ran for t in role.finish_requires)
                 and len(ran) >= role.finish_min_calls)
             work = toolset.specs() + ([TOOL_SEARCH] if env.on_demand else [])
+            added: set[str] = set()
+            if env.context.summaries.model_written:
+                added = {t.name for t in work
+                         if "summary" not in ((t.parameters or {}).get("properties") or {})}
+                work = [with_summary(t) for t in work]
             tools = [*work, role.finish] if may_finish else work
             schema_tokens = env.counter.count(json.dumps([t.to_openai() for t in tools]))
             prompt = engine.prompt(assignment)
@@ -226,8 +232,11 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             replayed += was_archived
             usage = usage + completion.usage
             calls = completion.message.tool_calls[:1]  # one call a turn keeps small models on rails
+            own: str | None = None
+            if calls and env.context.summaries.model_written:
+                calls, own = _take_summary(calls[0], added)
             reply = Message("assistant", completion.message.content, calls)
-            engine.add(reply, iri=iri)
+            engine.add(reply, iri=iri, summary=own)
             if not calls:
                 summary = one_line(reply.content or "(empty)", LINE_CHARS)
                 summaries.append(TurnSummary(role.name, n, summary, iri))
@@ -255,7 +264,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             state = transition(state, "tool_calls")
         elif state is State.ACT:
             assert completion is not None
-            call = completion.message.tool_calls[0]
+            call = calls[0]  # as the engine recorded it (without the loop's summary argument)
             n = env.budget.turns[role.name]
             t_iri = str(turn_iri(env.job, role.name, n))
             res_iri = str(result_iri(env.job, f"{role.name}-{n}-0"))
@@ -420,6 +429,32 @@ def _finish_needs(role: RoleSpec, ran: list[str]) -> str:
     if missing:
         return f"call {', '.join(missing)} first"
     return f"make {role.finish_min_calls} successful tool call(s) first"
+
+
+SUMMARY_PROPERTY = prop("string", "optional: this step in one line, for your history")
+
+
+def with_summary(spec: ToolSpec) -> ToolSpec:
+    """``spec`` with an optional ``summary`` argument, unless it has one of its own."""
+    params = dict(spec.parameters or {"type": "object", "properties": {}})
+    props = dict(params.get("properties") or {})
+    if "summary" in props:
+        return spec
+    props["summary"] = SUMMARY_PROPERTY
+    params["properties"] = props
+    return ToolSpec(spec.name, spec.description, params)
+
+
+def _take_summary(call: ToolCall, added: set[str]) -> tuple[tuple[ToolCall, ...], str | None]:
+    """The call without the ``summary`` the loop offered (the tool never sees it), and that
+    summary; a tool with a ``summary`` argument of its own (``finish``) keeps it, and it is the
+    line too."""
+    text = call.arguments.get("summary")
+    own = text.strip() if isinstance(text, str) and text.strip() else None
+    if call.name not in added or "summary" not in call.arguments:
+        return (call,), own
+    rest = {k: v for k, v in call.arguments.items() if k != "summary"}
+    return (ToolCall(call.id, call.name, rest),), own
 
 
 def _check_finish(role: RoleSpec, call: ToolCall) -> str | None:

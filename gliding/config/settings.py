@@ -35,7 +35,14 @@ class LLMSettings(_Section):
 
 class BashSettings(_Section):
     timeout_s: float = Field(30.0, gt=0)  # the whole process group is killed after this
-    max_output_bytes: int = Field(32768, ge=256)  # output beyond this is cut, with a notice
+    max_output_bytes: int = Field(32768, ge=256, le=64 << 20)  # held in memory; more spills to disk
+    archive_max_bytes: int = Field(16 << 20, ge=1024, le=256 << 20)  # whole output kept, at most
+
+    @model_validator(mode="after")
+    def _memory_within_archive(self) -> BashSettings:
+        if self.max_output_bytes > self.archive_max_bytes:
+            raise ValueError("max_output_bytes must not exceed archive_max_bytes")
+        return self
 
 
 class ToolSettings(_Section):
@@ -77,6 +84,7 @@ class SummarySettings(_Section):
     w_recency: float = Field(0.7, ge=0)  # weight of recency within (1 - beta)
     w_cost: float = Field(0.3, ge=0)  # weight of cheapness (few tokens) within (1 - beta)
     facts_budget_tokens: int = Field(2000, ge=0)  # kept facts' lines in the history block
+    model_written: bool = True  # offer each tool an optional `summary`: the turn's L1 line
     line_chars: int = Field(160, ge=40, le=2000)  # characters of one L1 line, at most
 
 

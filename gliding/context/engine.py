@@ -27,6 +27,7 @@ from gliding.context.router import route_result
 from gliding.context.tokens import TokenCounter
 from gliding.core.identifiers import identifiers
 from gliding.core.messages import Message
+from gliding.core.text import clip
 from gliding.memory.prefetch.lines import LineIndex
 from gliding.memory.prefetch.predictor import Predictor, PrefetchParams, Warm
 from gliding.memory.summaries import ChainEntry, SummaryChain, Weights, base_of, relative
@@ -46,6 +47,7 @@ class _Live:
     source: str  # the content as it happened (before routing or cutting), for the L1 summary
     whole: bool = True  # the prompt holds the source in full (not routed, not cut)
     ids: frozenset[str] = frozenset()  # identifiers the prompt shows of this message
+    summary: str | None = None  # the model's own one-line summary of this turn
 
 
 @dataclass
@@ -102,8 +104,10 @@ class ContextEngine:
         self.facts = FactBook(settings.summaries.facts_budget_tokens, counter.count)
 
     # ---- input ---------------------------------------------------------------------
-    def add(self, message: Message, *, iri: str, tool: str | None = None) -> Message:
-        """Record a message; a tool result over the threshold is replaced by summary + IRI."""
+    def add(self, message: Message, *, iri: str, tool: str | None = None,
+            summary: str | None = None) -> Message:
+        """Record a message; a tool result over the threshold is replaced by summary + IRI.
+        ``summary`` is the model's own line for this turn: its L1 line when it is compacted."""
         self._turn += 1
         self._baseline_live += self.counter.message(message)
         source = message.content
@@ -135,7 +139,8 @@ class ContextEngine:
         shown = frozenset(identifiers(message.content)).union(
             *(identifiers(c.arguments_json()) for c in message.tool_calls))
         self.live.append(_Live(message, iri, self._turn, tool or message.name, tokens, source,
-                               message.content == source, shown))
+                               message.content == source, shown,
+                               " ".join(summary.split()) if summary else None))
         return message
 
     def _cut(self, message: Message, iri: str, cap: int) -> tuple[Message, int]:
@@ -324,6 +329,9 @@ class ContextEngine:
 
 
     def _line(self, item: _Live) -> str:
+        width = self.settings.summaries.line_chars
+        if item.summary:
+            return clip(item.summary, width)
         m = item.message
         if m.role == "assistant":
             calls = [f"{c.name}({c.arguments_json()[:120]})" for c in m.tool_calls]

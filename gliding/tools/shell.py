@@ -4,8 +4,12 @@ A command runs as ``/bin/bash -c`` in its own session (so its own process group)
 workspace as cwd, no stdin, stdout and stderr merged, and an environment holding only
 allow-listed variables that do not look like secrets. When the command ends, times out,
 floods its output, or the caller is cancelled, the whole process group gets SIGKILL, so
-background children and grandchildren die with it. Output is read as it comes: the head up
-to the cap is kept, the rest only counted. A process that leaves the group (setsid) escapes;
+background children and grandchildren die with it. Output is read as it comes and kept
+whole up to ``tools.bash.archive_max_bytes`` (16 MiB): in memory up to
+``tools.bash.max_output_bytes``, past that in a temporary file; a command that prints more is
+killed and the excess only counted. The whole output is the tool's result: the agent loop
+archives it in L0 and the context engine shows a large one as its summary and IRI, so nothing
+the command printed within the cap is lost. A process that leaves the group (setsid) escapes;
 containing that needs cgroups or a container, which is the daemon's concern.
 
 With ``began`` (the bash tool gets it from ``ToolContext.began``), the bash process first writes
@@ -21,6 +25,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +38,6 @@ from gliding.errors import ToolError
 from gliding.tools.base import Tool, ToolContext, prop, schema
 from gliding.tools.workspace import workspace_root
 
-FLOOD_FACTOR = 100  # a command is killed once its output passes this many times the cap
 TAIL_BYTES = 2048  # the last bytes of output kept for check evidence
 DRAIN_GRACE_S = 0.5  # how long to keep reading after the command and its group are gone
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -64,9 +68,10 @@ class CommandResult:
     """How a sandboxed command ended and what it printed (head kept, the rest counted)."""
 
     exit_code: int | None  # None when it was killed by us
-    output: str  # the first ``cap`` bytes, decoded
+    output: str  # the whole output up to ``archive_max_bytes``, decoded
     tail: str  # the last TAIL_BYTES bytes, decoded
-    cut_bytes: int  # bytes after the head that were counted, not kept
+    cut_bytes: int  # bytes past ``archive_max_bytes`` that were counted, not kept
+    spilled: bool  # the output passed ``max_output_bytes`` and went to a temporary file
     timed_out: bool
     flooded: bool
     timeout_s: float
@@ -88,10 +93,13 @@ class CommandResult:
         return f"exit code {code}"
 
     def render(self) -> str:
-        """What the model reads: status line, output, and a notice when output was cut."""
+        """The tool's result: status line and the whole output (archived whole in L0; the
+        context engine shows a large one as its summary and IRI), and a notice for what was
+        past the archive cap."""
         parts = [self.status_line(), self.output.rstrip("\n") or "(no output)"]
         if self.cut_bytes:
-            parts.append(f"[output cut: {self.cut_bytes} more bytes]")
+            parts.append(f"[output past the {self.flood_limit}-byte cap "
+                         f"(tools.bash.archive_max_bytes): {self.cut_bytes} more bytes not kept]")
         return "\n".join(parts)
 
 
@@ -141,8 +149,7 @@ async def run_command(
     if not os.path.isdir(cwd):
         raise ToolError(f"workspace {cwd} does not exist")
     timeout = settings.bash.timeout_s if timeout_s is None else timeout_s
-    cap = settings.bash.max_output_bytes
-    flood_limit = cap * FLOOD_FACTOR
+    flood_limit = settings.bash.archive_max_bytes
     try:
         argv = (["/bin/bash", "-c", command] if began is None else
                 ["/bin/bash", "-c", _MARK_THEN_RUN, command, str(began)])
@@ -159,7 +166,9 @@ async def run_command(
         raise ToolError(f"cannot start bash: {exc}") from exc
     pgid = proc.pid  # start_new_session: bash leads a new session and process group
     started = anyio.current_time()
-    head = bytearray()
+    # the output is kept whole up to the archive cap: in memory up to max_output_bytes, then
+    # in a temporary file on disk, so a chatty command never holds more than that in memory
+    kept = tempfile.SpooledTemporaryFile(max_size=settings.bash.max_output_bytes)  # noqa: SIM115
     tail = b""
     total = 0
     flooded = False
@@ -172,9 +181,9 @@ async def run_command(
             if proc.stdout is None:  # cannot happen with stdout=PIPE; for the type checker
                 return
             async for chunk in proc.stdout:
+                if total < flood_limit:
+                    kept.write(chunk[: flood_limit - total])
                 total += len(chunk)
-                if len(head) < cap:
-                    head.extend(chunk[: cap - len(head)])
                 tail = (tail + chunk)[-TAIL_BYTES:]
                 if total > flood_limit and not flooded:
                     flooded = True
@@ -198,12 +207,18 @@ async def run_command(
         with anyio.CancelScope(shield=True):
             _kill_group(pgid)
             await proc.aclose()
+        try:
+            kept.seek(0)
+            data = kept.read()
+        finally:
+            kept.close()
     timed_out = deadline.cancelled_caught and not exited
     return CommandResult(
         exit_code=None if timed_out or flooded else proc.returncode,
-        output=bytes(head).decode("utf-8", errors="replace"),
+        output=data.decode("utf-8", errors="replace"),
         tail=tail.decode("utf-8", errors="replace"),
-        cut_bytes=max(0, total - len(head)),
+        cut_bytes=max(0, total - len(data)),
+        spilled=len(data) > settings.bash.max_output_bytes,
         timed_out=timed_out,
         flooded=flooded and not timed_out,
         timeout_s=timeout,

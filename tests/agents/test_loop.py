@@ -145,3 +145,20 @@ def test_an_unknown_tool_group_in_a_role_file_is_a_config_error(tmp_path: Path) 
     (tmp_path / "roles" / "CA.yaml").write_text(text.replace("[check,", "[chekc,"))
     with pytest.raises(ConfigError, match=r"CA.yaml: tool_groups: unknown tool group 'chekc'"):
         load_role("CA", tmp_path)
+
+
+def test_bash_output_past_the_memory_cap_is_archived_whole_and_routed(tmp_path: Path) -> None:
+    """Nothing dropped: 200 KB of output (over max_output_bytes) is the archived result, byte
+    for byte, and the next prompt carries its summary and IRI, not a cut copy."""
+    llm = ScriptedLLM([call("bash", command="seq 1 40000"), call("finish", summary="counted")])
+    env = _env(tmp_path, llm, "DA")
+    assert env.tool_ctx.settings.bash.max_output_bytes < 200_000
+    result = anyio.run(run_agent, env, "Goal: count")
+    iri = result.tools[0].iri
+    archived = env.archive.archive.get(iri).content.decode()
+    assert archived.splitlines()[1:] == [str(i) for i in range(1, 40001)]
+    seen = llm.requests[1].messages[-1]
+    assert seen.role == "tool" and iri in seen.content and "40000" in seen.content
+    assert len(seen.content.encode()) <= env.context.tool_result_iri.preview_size
+    env.archive.archive.close()
+

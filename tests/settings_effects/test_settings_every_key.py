@@ -47,7 +47,9 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "tools.env_allow": ["test_settings_tools.test_env_allow_is_the_list_of_variables_bash_sees"],
     "tools.bash.timeout_s": ["test_settings_tools.test_bash_timeout_s_kills_a_slow_command"],
     "tools.bash.max_output_bytes": [
-        "test_settings_tools.test_bash_max_output_bytes_cuts_the_output"],
+        "test_settings_tools.test_bash_max_output_bytes_is_what_stays_in_memory"],
+    "tools.bash.archive_max_bytes": [
+        "test_settings_tools.test_bash_archive_max_bytes_bounds_the_kept_output"],
     "scheduler.max_corrections": [
         "test_settings_scheduler.test_max_corrections_bounds_how_often_ca_sends_da_back"],
     "scheduler.max_cycles": ["test_settings_scheduler.test_max_cycles_bounds_the_pdca_cycles"],
@@ -103,6 +105,9 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "memory.recall.budget_tokens": [
         "test_settings_memory.test_recall_budget_tokens_bounds_recall_and_kg_search_answers",
         "test_settings_memory.test_recall_budget_tokens_larger_recalls_more"],
+    "context.summaries.model_written": [
+        "test_settings_summaries.test_model_written_summary_is_the_turns_l1_line_and_the_tool_never_sees_it",
+        "test_settings_summaries.test_model_written_false_offers_no_summary_argument"],
     "memory.recall.briefing_tokens": [
         "test_settings_memory.test_briefing_tokens_zero_leaves_the_blackboard_out_of_every_system_prompt",
         "test_settings_memory.test_briefing_tokens_positive_briefs_each_role_within_it"],

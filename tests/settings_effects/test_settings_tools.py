@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from gliding.config.settings import Settings
+from gliding.tools.shell import run_command
 from tests.settings_effects.effects_support import run_one_tool, settings_from
 
 DEFAULTS = Settings().tools
@@ -134,20 +136,41 @@ def test_bash_timeout_s_lets_a_command_that_is_fast_enough_finish(tmp: Path) -> 
 
 
 @pytest.mark.parametrize(
-    ("env", "kept"),
-    [({}, 5000), ({"GLIDING_TOOLS__BASH__MAX_OUTPUT_BYTES": "300"}, 300)],
+    ("env", "spilled"),
+    [({}, False), ({"GLIDING_TOOLS__BASH__MAX_OUTPUT_BYTES": "300"}, True)],
     ids=["default", "300"],
 )
-def test_bash_max_output_bytes_cuts_the_output(tmp: Path, env: dict[str, str], kept: int) -> None:
+def test_bash_max_output_bytes_is_what_stays_in_memory(tmp: Path, env: dict[str, str],
+                                                        spilled: bool) -> None:
     settings = settings_from(tmp, env)
     assert DEFAULTS.bash.max_output_bytes > 5000
+    command = "head -c 5000 /dev/zero | tr '\\0' a"
+
+    result = anyio.run(lambda: run_command(command, tmp, settings.tools))
+
+    assert result.spilled is spilled
+    assert result.output == "a" * 5000  # kept whole either way
+
+
+# --- tools.bash.archive_max_bytes -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "kept"),
+    [({}, 5000), ({"GLIDING_TOOLS__BASH__MAX_OUTPUT_BYTES": "1024",
+                   "GLIDING_TOOLS__BASH__ARCHIVE_MAX_BYTES": "2048"}, 2048)],
+    ids=["default", "2048"],
+)
+def test_bash_archive_max_bytes_bounds_the_kept_output(tmp: Path, env: dict[str, str],
+                                                       kept: int) -> None:
+    settings = settings_from(tmp, env)
 
     output = run_one_tool(tmp, settings, "bash", command="head -c 5000 /dev/zero | tr '\\0' a")
 
     lines = output.splitlines()
-    assert lines[0] == "exit code 0"
     assert lines[1] == "a" * kept
     if kept < 5000:
-        assert lines[2:] == [f"[output cut: {5000 - kept} more bytes]"]
+        assert lines[0] == "killed after more than 2048 bytes of output"
+        assert "(tools.bash.archive_max_bytes)" in lines[2]
     else:
-        assert lines[2:] == []
+        assert lines[0] == "exit code 0" and lines[2:] == []

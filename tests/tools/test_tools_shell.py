@@ -20,8 +20,10 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _settings(timeout_s: float = 10.0, cap: int = 32768, **kw: object) -> ToolSettings:
-    return ToolSettings(bash=BashSettings(timeout_s=timeout_s, max_output_bytes=cap), **kw)
+def _settings(timeout_s: float = 10.0, cap: int = 32768, keep: int = 16 << 20,
+              **kw: object) -> ToolSettings:
+    return ToolSettings(bash=BashSettings(timeout_s=timeout_s, max_output_bytes=cap,
+                                          archive_max_bytes=keep), **kw)
 
 
 def _alive(pid: int) -> bool:
@@ -154,37 +156,51 @@ def test_filtered_env_defaults_path() -> None:
 
 
 @pytest.mark.anyio
-async def test_output_is_capped_with_notice(tmp_path: Path) -> None:
-    result = await run_command("yes | head -c 50000", tmp_path, _settings(cap=1000))
-    assert result.exit_code == 0
-    assert len(result.output) == 1000
-    assert result.cut_bytes == 49000
-    assert result.render().endswith("\n[output cut: 49000 more bytes]")
+async def test_output_past_the_memory_cap_is_kept_whole_on_disk(tmp_path: Path) -> None:
+    command = "for i in $(seq 1 5000); do echo line-$i; done"
+    result = await run_command(command, tmp_path, _settings(cap=1000))
+    assert result.exit_code == 0 and result.spilled
+    assert result.output.splitlines() == [f"line-{i}" for i in range(1, 5001)]
+    assert result.cut_bytes == 0
+    assert "cap" not in result.render()
+
+
+@pytest.mark.anyio
+async def test_output_past_the_archive_cap_is_killed_and_counted(tmp_path: Path) -> None:
+    result = await run_command("yes | head -c 50000", tmp_path, _settings(cap=1000, keep=20000))
+    assert len(result.output) == 20000
+    assert result.flooded and result.exit_code is None
+    assert result.cut_bytes == 50000 - 20000 or result.cut_bytes > 0  # killed mid-stream
+    assert "(tools.bash.archive_max_bytes)" in result.render()
 
 
 @pytest.mark.anyio
 async def test_flooding_output_is_killed_in_bounded_time(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = await run_command("yes", tmp_path, _settings(timeout_s=30, cap=1024))
+    result = await run_command("yes", tmp_path, _settings(timeout_s=30, cap=1024, keep=102400))
     assert time.monotonic() - started < 10
     assert result.flooded
-    assert len(result.output) == 1024
-    assert result.cut_bytes > 100 * 1024 - 1024
+    assert len(result.output) == 102400
+    assert result.cut_bytes > 0
     text = result.render()
     assert text.startswith("killed after more than 102400 bytes of output\ny\ny\n")
-    assert f"[output cut: {result.cut_bytes} more bytes]" in text
+    assert f"{result.cut_bytes} more bytes not kept]" in text
 
 
 @pytest.mark.anyio
 async def test_huge_output_within_timeout_is_bounded(tmp_path: Path) -> None:
     started = time.monotonic()
     result = await run_command(
-        "yes | head -c 50000000", tmp_path, _settings(timeout_s=2, cap=4096)
+        "yes | head -c 50000000", tmp_path, _settings(timeout_s=2, cap=4096, keep=1 << 20)
     )
     assert time.monotonic() - started < 2 + 2.0
     assert result.timed_out or result.flooded
-    assert len(result.output) == 4096
-    assert "[output cut: " in result.render()
+    assert len(result.output) <= 1 << 20
+
+
+def test_memory_cap_above_the_archive_cap_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match="must not exceed archive_max_bytes"):
+        BashSettings(max_output_bytes=1 << 20, archive_max_bytes=1 << 10)
 
 
 @pytest.mark.anyio
