@@ -101,7 +101,11 @@ class ContextEngine:
         self._prefix_ids = frozenset().union(*(identifiers(m.content) for m in self.prefix))
         self._segment_ids: frozenset[str] = frozenset()
         self.warmed: list[Warm] = []  # what the last prompt's working set quotes
-        self.facts = FactBook(settings.summaries.facts_budget_tokens, counter.count)
+        # the history block (L1 lines and facts) must leave room under max_tokens for the
+        # prefix and the newest messages: facts get what the ceiling allows, at most their budget
+        room = settings.window.max_tokens - self._prefix_tokens - self.chain.budget_tokens - 512
+        self.facts = FactBook(max(0, min(settings.summaries.facts_budget_tokens, room)),
+                              counter.count)
 
     # ---- input ---------------------------------------------------------------------
     def add(self, message: Message, *, iri: str, tool: str | None = None,
@@ -132,7 +136,8 @@ class ContextEngine:
                 self.stats.archived_results += 1
                 message = Message("tool", routed.text, (), message.tool_call_id, message.name)
         w = self.settings.window
-        cap = max(200, w.max_tokens - self._prefix_tokens - self.chain.budget_tokens - 256)
+        cap = max(200, w.max_tokens - self._prefix_tokens - self.chain.budget_tokens
+                  - self.facts.budget_tokens - 256)
         tokens = self.counter.message(message)
         if tokens > cap:  # cut once, now, so that no prompt ever rewrites a message it sent
             message, tokens = self._cut(message, iri, cap)
@@ -171,10 +176,13 @@ class ContextEngine:
         if total > s.max_tokens:
             total = self._enforce_ceiling()
         block = self._working_set(focus)
+        if block is not None and total + self.counter.message(block) > s.max_tokens:
+            block, self.warmed = None, []  # the ceiling holds for the working set too
         if block is not None:
             # appended to the live messages like any other: later prompts keep it, cached,
             # until the next compaction drops it (its lines are in L0 under their IRIs)
             extra = self.counter.message(block)
+            self._trigger += extra  # the block is not growth: it must not bring a compaction
             self.live.append(_Live(block, "", self._turn, WORKING_SET, extra, block.content,
                                    False, frozenset(identifiers(block.content))))
             total += extra

@@ -33,11 +33,17 @@ SEP = " | "
 def gist(text: str, *, salient: Collection[str] = (), width: int = 240,
          line_chars: int = 110) -> str:
     """One line of at most about ``width`` characters made of ``text``'s most useful lines."""
-    lines = [x.strip() for x in text.splitlines()]
-    lines = [_TAG.sub("", x).strip() for x in lines if x and not _MARKUP.match(x)]
-    lines = [x for x in lines if x]
     code = _EXIT.search(text[:400])
     head = f"exit {code.group(1)}: " if code else ""
+    line_chars = min(line_chars, max(20, width - len(head)))
+    lines = []
+    for raw in text.splitlines():
+        raw = raw.strip()
+        if not raw or _MARKUP.match(raw):
+            continue
+        bare = _TAG.sub("", raw).strip()
+        if bare and not (code and bare == code.group(1) and bare != raw):  # <returncode>0</…>
+            lines.append(bare)
     if not lines:
         return head + "(no output)"
     scored = []
@@ -61,6 +67,8 @@ def gist(text: str, *, salient: Collection[str] = (), width: int = 240,
         cost = len(line) + len(SEP)
         if used + cost > width and chosen:
             continue
+        if not chosen and used + len(line) > width:
+            line = _clip(line, max(1, width - used))
         chosen.append((i, line))
         used += cost
         if used >= width:
@@ -82,7 +90,7 @@ def action_line(content: str, calls: list[str], *, width: int = 200) -> str:
     sentence = re.split(r"(?<=[.!?])\s", words, maxsplit=1)[0] if words else ""
     if not action:
         return _clip(words, width) if words else "(empty)"
-    action = _clip(action, max(60, width - 60))
+    action = _clip(action, width - 60 if width >= 120 else width)
     room = width - len(action) - 3
     return f"{action} — {_clip(sentence, room)}" if sentence and room > 20 else action
 

@@ -132,7 +132,8 @@ def normalise_cosine(scores: np.ndarray) -> np.ndarray:
     low, high = float(np.median(scores)), float(scores.max())
     if high <= low:
         return np.zeros_like(scores)
-    return np.clip((scores - low) / (high - low), 0.0, 1.0)
+    wide = scores.astype(np.float64)  # a denormal float32 spread would overflow the division
+    return np.clip((wide - low) / (high - low), 0.0, 1.0).astype(scores.dtype)
 
 
 def fuse_scores(lexical: np.ndarray | None, vector: np.ndarray | None,

@@ -260,10 +260,15 @@ def test_target_tokens_smaller_compacts_sooner_and_keeps_prompts_smaller(tmp: Pa
 
 # --- context.window.high_water -----------------------------------------------------------------
 
+# Turns of ~150 tokens (reply=20, result=100 words), small against target_tokens: where a
+# compaction starts and stops then shows the water marks rather than the size of one turn (with
+# ~450-token turns both settings compact between the same two turns).
+
 
 def test_high_water_higher_lets_the_prompt_grow_further_before_compacting(tmp: Path) -> None:
-    default = play(settings_from(tmp, {}), 30)
-    high = play(settings_from(tmp, {"GLIDING_CONTEXT__WINDOW__HIGH_WATER": "0.95"}), 30)
+    default = play(settings_from(tmp, {}), 30, reply=20, result=100)
+    high = play(settings_from(tmp, {"GLIDING_CONTEXT__WINDOW__HIGH_WATER": "0.95"}), 30,
+                reply=20, result=100)
 
     target = DEFAULTS.window.target_tokens
     peak = default.sizes[default.first_compaction() - 1]
@@ -276,8 +281,9 @@ def test_high_water_higher_lets_the_prompt_grow_further_before_compacting(tmp: P
 
 
 def test_low_water_lower_compacts_further_down(tmp: Path) -> None:
-    default = play(settings_from(tmp, {}), 30)
-    low = play(settings_from(tmp, {"GLIDING_CONTEXT__WINDOW__LOW_WATER": "0.2"}), 30)
+    default = play(settings_from(tmp, {}), 30, reply=20, result=100)
+    low = play(settings_from(tmp, {"GLIDING_CONTEXT__WINDOW__LOW_WATER": "0.2"}), 30,
+               reply=20, result=100)
 
     target = DEFAULTS.window.target_tokens
     after = default.sizes[default.first_compaction()]
@@ -418,3 +424,227 @@ def test_w_cost_high_makes_the_most_expensive_turn_go_first(tmp: Path) -> None:
     assert evicted_by(settings_from(tmp, {})) == ["2"]
     assert evicted_by(settings_from(tmp, {"GLIDING_CONTEXT__SUMMARIES__W_COST": "5"})) == \
         ["DA-3-0"]
+
+
+# --- context.summaries.line_chars --------------------------------------------------------------
+
+L1_LINE = re.compile(r"^#\d+ [^:]+: (.*) <[^>]+>$")
+
+
+def l1_lines(run: Run) -> list[str]:
+    """Every L1 line (the summary between "#turn role: " and its IRI) any prompt showed."""
+    out = []
+    for i in range(len(run.prompts)):
+        for m in run.history(i):
+            out += [hit[1] for line in m.content.splitlines() if (hit := L1_LINE.match(line))]
+    return out
+
+
+@pytest.mark.parametrize("value", [None, "130"], ids=["default", "130"])
+def test_line_chars_bounds_every_l1_line(tmp: Path, value: str | None) -> None:
+    env = {"GLIDING_CONTEXT__WINDOW__TARGET_TOKENS": "600"}
+    if value is not None:
+        env["GLIDING_CONTEXT__SUMMARIES__LINE_CHARS"] = value
+    width = DEFAULTS.summaries.line_chars if value is None else 130
+
+    lines = l1_lines(play(settings_from(tmp, env), 20))
+
+    assert len(lines) > 10
+    assert max(len(x) for x in lines) <= width
+    assert max(len(x) for x in lines) > 120  # the bound binds: turns say more than fits
+    if value is None:
+        assert width == 160 and max(len(x) for x in lines) > 130
+
+
+def test_line_chars_below_110_still_bounds_every_l1_line(tmp: Path) -> None:
+    env = {"GLIDING_CONTEXT__WINDOW__TARGET_TOKENS": "600",
+           "GLIDING_CONTEXT__SUMMARIES__LINE_CHARS": "60"}
+
+    lines = l1_lines(play(settings_from(tmp, env), 20))
+
+    assert lines and max(len(x) for x in lines) <= 60
+
+
+# --- context.summaries.facts_budget_tokens -----------------------------------------------------
+
+FACT_LINE = "src/app/loader.py:42: def parse_config(path_name) -> zebra_cfg.Settings"
+FACTS_HEADER = "[Facts this job has used"
+
+
+def turn(engine: ContextEngine, k: int, reply: str, result: str) -> None:
+    engine.add(Message("assistant", reply, (ToolCall(f"c{k}", "bash", {"n": k}),)),
+               iri=f"gliding://job/j/turn/DA/{k}")
+    engine.add(Message("tool", result, (), f"c{k}", "bash"),
+               iri=f"gliding://job/j/result/DA-{k}-0", tool="bash")
+
+
+def used_fact_session(settings: Settings) -> Run:
+    """The first result shows a definition, the next reply uses it, then 40 turns of words no
+    one uses again push both out of the prompt and their L1 lines out of the history block."""
+    engine, counter = engine_for(settings)
+    run = Run(engine, counter)
+    replies = ["open the loader", "parse_config returns zebra_cfg.Settings; call it"]
+    replies += [own_words(40, k) for k in range(40)]
+    results = [f"{FACT_LINE}\n    return zebra_cfg.load(path_name)", "ok"]
+    results += [own_words(250, 100 + k) for k in range(40)]
+    for k, (reply, result) in enumerate(zip(replies, results, strict=True), 1):
+        run.prompts.append(engine.prompt("the goal"))
+        run.compactions.append(engine.stats.compactions)
+        turn(engine, k, reply, result)
+    run.prompts.append(engine.prompt("the goal"))
+    run.compactions.append(engine.stats.compactions)
+    return run
+
+
+@pytest.mark.parametrize("value", [None, "0"], ids=["default", "0"])
+def test_facts_budget_tokens_keeps_a_used_fact_in_the_prompt_or_not(
+    tmp: Path, value: str | None
+) -> None:
+    env = {"GLIDING_CONTEXT__WINDOW__TARGET_TOKENS": "600"}
+    if value is not None:
+        env["GLIDING_CONTEXT__SUMMARIES__FACTS_BUDGET_TOKENS"] = value
+
+    run = used_fact_session(settings_from(tmp, env))
+
+    last = "\n".join(m.content for m in run.prompts[-1])
+    assert "gliding://job/j/result/DA-1-0" in run.engine.chain.weak  # its L1 line is gone
+    assert "<result/DA-1-0>" not in "\n".join(m.content for m in run.live())
+    if value is None:
+        assert f"{FACTS_HEADER}, each with a line" in last
+        assert f"<result/DA-1-0> 1: {FACT_LINE}" in last.splitlines()
+        assert 0 < run.engine.facts.tokens <= DEFAULTS.summaries.facts_budget_tokens
+    else:
+        assert "zebra_cfg.Settings" not in last
+        assert all(FACTS_HEADER not in m.content for p in run.prompts for m in p)
+        assert run.engine.facts.lines == []
+
+
+# --- context.prefetch.* ------------------------------------------------------------------------
+
+WORKING_SET_HEADER = "[Working set:"
+PREFETCH_ON = {"GLIDING_CONTEXT__PREFETCH__ENABLED": "true",
+               "GLIDING_CONTEXT__WINDOW__TARGET_TOKENS": "600"}
+
+
+@dataclass
+class Warmed:
+    prompt: list[Message]
+    engine: ContextEngine
+    counter: TokenCounter
+
+    @property
+    def block(self) -> Message | None:
+        blocks = [m for m in self.prompt if m.content.startswith(WORKING_SET_HEADER)]
+        assert len(blocks) <= 1
+        return blocks[0] if blocks else None
+
+    @property
+    def quoted(self) -> dict[str, int]:
+        """Lines quoted per source, as the engine reports them."""
+        return {w.iri: len(w.lines) for w in self.engine.warmed if w.lines}
+
+    @property
+    def line_tokens(self) -> int:
+        return sum(self.counter.count(x.text) + 4 for w in self.engine.warmed for x in w.lines)
+
+
+def warmed_session(settings: Settings) -> Warmed:
+    """Six results define names that use shared_key.lookup; ten turns of other words compact
+    them away; then the agent calls shared_key.lookup again."""
+    engine, counter = engine_for(settings)
+    k = 0
+    for k in range(1, 7):
+        engine.prompt("the goal")
+        turn(engine, k, f"look at module {k}", "\n".join(
+            f"pkg/mod_{k}/file_{k}.py:{10 + i}: def helper_{k}_{i}(arg) uses shared_key.lookup "
+            f"and other_{k}_{i}.value" for i in range(5)))
+    for k in range(7, 17):
+        engine.prompt("the goal")
+        turn(engine, k, own_words(30, k), own_words(150, 100 + k))
+    engine.prompt("the goal")
+    turn(engine, 17, "now use shared_key.lookup", "shared_key.lookup failed")
+    return Warmed(engine.prompt("the goal"), engine, counter)
+
+
+@pytest.mark.parametrize("value", [None, "true"], ids=["default", "true"])
+def test_prefetch_enabled_appends_a_working_set_of_earlier_lines(
+    tmp: Path, value: str | None
+) -> None:
+    env = {"GLIDING_CONTEXT__WINDOW__TARGET_TOKENS": "600"}
+    if value is not None:
+        env["GLIDING_CONTEXT__PREFETCH__ENABLED"] = value
+
+    got = warmed_session(settings_from(tmp, env))
+
+    assert got.engine.stats.compactions > 0
+    if value is None:
+        assert DEFAULTS.prefetch.enabled is False
+        assert got.block is None and got.engine.warmed == []
+        assert got.engine.stats.working_set_tokens == 0
+    else:
+        assert got.block is got.prompt[-1]  # after the live messages, the cached part untouched
+        assert got.block.role == "user"
+        assert "(<x> means gliding://job/j/x; read_result(IRI) has the full text)" in \
+            got.block.content
+        assert "<result/DA-1-0> 1: pkg/mod_1/file_1.py:10: def helper_1_0(arg)" in \
+            got.block.content
+        # Σ over the session's prompts: earlier ones warmed lines too
+        assert got.engine.stats.working_set_tokens >= got.counter.message(got.block) > 0
+
+
+@pytest.mark.parametrize("value", [None, "40"], ids=["default", "40"])
+def test_prefetch_budget_tokens_bounds_the_lines_the_working_set_quotes(
+    tmp: Path, value: str | None
+) -> None:
+    env = dict(PREFETCH_ON)
+    if value is not None:
+        env["GLIDING_CONTEXT__PREFETCH__BUDGET_TOKENS"] = value
+    budget = DEFAULTS.prefetch.budget_tokens if value is None else 40
+
+    got = warmed_session(settings_from(tmp, env))
+
+    assert got.block is not None
+    assert 0 < got.line_tokens <= budget
+    if value is None:
+        assert got.line_tokens > 200  # the default budget lets it quote far more
+    else:
+        assert sum(got.quoted.values()) < 4
+
+
+@pytest.mark.parametrize("value", [None, "2"], ids=["default", "2"])
+def test_prefetch_max_sources_bounds_the_sources_the_working_set_quotes(
+    tmp: Path, value: str | None
+) -> None:
+    env = dict(PREFETCH_ON)
+    if value is not None:
+        env["GLIDING_CONTEXT__PREFETCH__MAX_SOURCES"] = value
+
+    got = warmed_session(settings_from(tmp, env))
+
+    assert got.block is not None
+    assert len(got.engine.warmed) <= (DEFAULTS.prefetch.max_sources if value is None else 2)
+    if value is None:
+        assert len(got.quoted) > 2
+    else:
+        assert len(got.quoted) == 2
+    assert got.block.content.count("\n<result/") == len(got.quoted)
+
+
+@pytest.mark.parametrize("value", [None, "1"], ids=["default", "1"])
+def test_prefetch_lines_per_source_bounds_the_lines_quoted_from_one_source(
+    tmp: Path, value: str | None
+) -> None:
+    env = dict(PREFETCH_ON)
+    if value is not None:
+        env["GLIDING_CONTEXT__PREFETCH__LINES_PER_SOURCE"] = value
+
+    got = warmed_session(settings_from(tmp, env))
+
+    assert got.block is not None
+    most = max(got.quoted.values())
+    if value is None:
+        assert most == DEFAULTS.prefetch.lines_per_source == 3
+        assert " | " in got.block.content
+    else:
+        assert most == 1
+        assert " | " not in got.block.content

@@ -86,6 +86,19 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_context.test_w_recency_high_makes_age_outweigh_relevance"],
     "context.summaries.w_cost": [
         "test_settings_context.test_w_cost_high_makes_the_most_expensive_turn_go_first"],
+    "context.summaries.line_chars": [
+        "test_settings_context.test_line_chars_bounds_every_l1_line"],
+    "context.summaries.facts_budget_tokens": [
+        "test_settings_context.test_facts_budget_tokens_keeps_a_used_fact_in_the_prompt_or_not"],
+    "context.prefetch.enabled": [
+        "test_settings_context.test_prefetch_enabled_appends_a_working_set_of_earlier_lines"],
+    "context.prefetch.budget_tokens": [
+        "test_settings_context.test_prefetch_budget_tokens_bounds_the_lines_the_working_set_quotes"],
+    "context.prefetch.max_sources": [
+        "test_settings_context.test_prefetch_max_sources_bounds_the_sources_the_working_set_quotes"],
+    "context.prefetch.lines_per_source": [
+        "test_settings_context."
+        "test_prefetch_lines_per_source_bounds_the_lines_quoted_from_one_source"],
     "memory.blackboard.url": [
         "test_settings_memory.test_blackboard_url_is_the_endpoint_a_job_writes_its_nodes_to",
         "test_settings_memory.test_blackboard_url_default_is_the_embedded_store_in_the_data_dir"],

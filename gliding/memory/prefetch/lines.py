@@ -51,10 +51,10 @@ class LineIndex:
             return self.sources[iri]
         lines = []
         for n, raw in enumerate(text.splitlines(), 1):
-            found = identifiers(raw) if len(raw) < 4000 else identifiers(raw[:4000])
+            shown = " ".join(_MARKUP.sub("", raw[:4000]).split())
+            found = identifiers(shown)
             if not found:
                 continue
-            shown = " ".join(_MARKUP.sub("", raw).split())
             if len(shown) > self.line_chars:
                 shown = shown[: self.line_chars - 1] + "…"
             lines.append(Line(iri, n, shown, frozenset(found)))
