@@ -33,6 +33,11 @@ This docstring is the one place the levels are listed; modules are named for wha
            knowledge.py joins it to the blackboard                  backends/qdrant_vectors.py
            (every node put through it is indexed) for the agents'
            recall / kg_search / knowledge_query
+    pre-   prefetch: what the next step will need — a bounded    prefetch/lines.py   built
+    fetch  line index of a session's sources and a predictor    prefetch/predictor.py
+           (rarity-weighted overlap with the newest action and
+           result, a learned access prior); the context
+           engine's kept facts and working set read it
 ``archive.py`` is the L0 API (Archive, ArchivedItem, CallRecord, open_for_iri);
 ``archive_schema.py`` is its SQLite layout (tables, pragmas, schema version).
 ``blackboard.py`` is the L2 port (Blackboard, check_read_only_query, sparql_iri, sparql_literal);
