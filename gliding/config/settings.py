@@ -47,6 +47,7 @@ class BashSettings(_Section):
 
 class ToolSettings(_Section):
     read_page_lines: int = Field(200, ge=1)  # lines per read_file page
+    read_page_chars: int = Field(1 << 20, ge=1024, le=64 << 20)  # a read_file page, at most
     grep_max_matches: int = Field(200, ge=1)  # matches grep returns at most
     env_allow: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "TMPDIR")
     bash: BashSettings = BashSettings()

@@ -19,14 +19,18 @@ from gliding.errors import ToolError
 from gliding.tools.base import Tool, ToolContext, prop, schema
 from gliding.tools.workspace import display_path, resolve_in_workspace
 
-MAX_LINE_CHARS = 2000
+CHUNK = 1 << 16  # characters read at a time
 MAX_DIR_ENTRIES = 500
 
 
 def read_file(
-    workspace: Path, path: str, *, offset: int = 1, limit: int | None = None, page_lines: int = 200
+    workspace: Path, path: str, *, offset: int = 1, limit: int | None = None, page_lines: int = 200,
+    page_chars: int = 1 << 20,
 ) -> str:
-    """Lines ``offset``..``offset+limit-1`` (1-based) of a file, under a one-line header.
+    """Lines ``offset``..``offset+limit-1`` (1-based) of a file, under a one-line header, whole:
+    long lines are not cut. A page stops at ``page_chars`` characters (the line it stops in is
+    kept up to there, with a notice); the file is read ``CHUNK`` characters at a time, so a
+    huge line never loads into memory whole.
 
     Raises:
         ConfinementError: the path leaves the workspace.
@@ -40,14 +44,30 @@ def read_file(
     if offset < 1 or limit < 1:
         raise ToolError(f"offset and limit must be at least 1 (got offset={offset}, limit={limit})")
     page: list[str] = []
-    total = 0
+    kept = 0  # characters in the page
+    last = offset - 1  # the last line (partly) in the page
+    stopped: int | None = None  # the line the page size stopped in
+    rest = 0  # characters of that line not in the page
+    number = 1
+    open_line = False  # the last piece read did not end its line
     try:
         with open(real, encoding="utf-8", errors="replace", newline="") as handle:
-            for total, line in enumerate(handle, start=1):
-                if offset <= total < offset + limit:
-                    page.append(_cut_line(line))
+            while piece := handle.readline(CHUNK):
+                if stopped == number:
+                    rest += len(piece)
+                elif stopped is None and offset <= number < offset + limit:
+                    take = min(len(piece), page_chars - kept)
+                    page.append(piece[:take])
+                    kept += take
+                    last = number
+                    if take < len(piece):
+                        stopped, rest = number, len(piece) - take
+                open_line = not piece.endswith(("\n", "\r"))
+                if not open_line:
+                    number += 1
     except OSError as exc:
         raise ToolError(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    total = number if open_line else number - 1
     if total == 0:
         return f"{shown} is empty (0 lines)"
     if offset > total:
@@ -55,8 +75,11 @@ def read_file(
             f"offset {offset} is past the end of {shown} ({total} lines)",
             hint=f"call read_file with an offset from 1 to {total}",
         )
-    last = offset + len(page) - 1
     parts = [f"{shown} lines {offset}-{last} of {total}\n", *page]
+    if stopped is not None:
+        parts.append(f"\n[page size reached (tools.read_page_chars = {page_chars}) in line "
+                     f"{stopped}: {rest} more characters of it not shown; bash (cut -c, head -c) "
+                     "reads them]\n")
     if last < total:
         if not parts[-1].endswith("\n"):
             parts.append("\n")
@@ -65,14 +88,6 @@ def read_file(
             f"call read_file with offset={last + 1}"
         )
     return "".join(parts)
-
-
-def _cut_line(line: str) -> str:
-    if len(line) <= MAX_LINE_CHARS:
-        return line
-    end = "\n" if line.endswith("\n") else ""
-    rest = len(line.rstrip("\r\n")) - MAX_LINE_CHARS
-    return f"{line[:MAX_LINE_CHARS]}... [line cut: {rest} more chars]{end}"
 
 
 def write_atomic(real: Path, data: bytes) -> None:
@@ -195,6 +210,7 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> str:
             offset=args.get("offset", 1),
             limit=args.get("limit"),
             page_lines=ctx.settings.read_page_lines,
+            page_chars=ctx.settings.read_page_chars,
         )
     )
 

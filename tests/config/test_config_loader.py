@@ -328,7 +328,7 @@ def test_settings_keys_and_env_names() -> None:
     assert keys[:3] == [("data_dir",), ("log_level",), ("log_format",)]
     assert ("llm", "local", "n_ctx") in keys
     assert ("llm", "local") not in keys  # sections are not keys
-    assert len(keys) == len(set(keys)) == 20 + 21 + 7  # 21 under context:, 7 under memory:
+    assert len(keys) == len(set(keys)) == 21 + 21 + 7  # 21 under context:, 7 under memory:
     assert env_var_name(("llm", "local", "n_ctx")) == "GLIDING_LLM__LOCAL__N_CTX"
 
 

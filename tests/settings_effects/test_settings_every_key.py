@@ -42,6 +42,8 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "llm.local.seed": ["test_settings_llm.test_local_temperature_and_seed_sample_differently"],
     "tools.read_page_lines": [
         "test_settings_tools.test_read_page_lines_sets_the_page_read_file_returns"],
+    "tools.read_page_chars": [
+        "test_settings_tools.test_read_page_chars_bounds_the_page_and_lines_are_whole_below_it"],
     "tools.grep_max_matches": [
         "test_settings_tools.test_grep_max_matches_caps_the_matches_grep_returns"],
     "tools.env_allow": ["test_settings_tools.test_env_allow_is_the_list_of_variables_bash_sees"],

@@ -132,6 +132,31 @@ def test_bash_timeout_s_lets_a_command_that_is_fast_enough_finish(tmp: Path) -> 
     assert output.splitlines() == ["exit code 0", "finished"]
 
 
+# --- tools.read_page_chars -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "kept"),
+    [({}, 5000), ({"GLIDING_TOOLS__READ_PAGE_CHARS": "2048"}, 2048)],
+    ids=["default", "2048"],
+)
+def test_read_page_chars_bounds_the_page_and_lines_are_whole_below_it(
+        tmp: Path, env: dict[str, str], kept: int) -> None:
+    (tmp / "workspace" / "wide.txt").write_text("w" * 5000 + "\n", encoding="utf-8")
+    settings = settings_from(tmp, env)
+    assert DEFAULTS.read_page_chars > 5000
+
+    output = run_one_tool(tmp, settings, "read_file", path="wide.txt")
+
+    lines = output.splitlines()
+    assert lines[0] == "wide.txt lines 1-1 of 1"
+    assert lines[1] == "w" * kept
+    if kept < 5000:
+        assert lines[2].startswith("[page size reached (tools.read_page_chars = 2048) in line 1:")
+    else:
+        assert lines[2:] == []
+
+
 # --- tools.bash.max_output_bytes --------------------------------------------------------------
 
 

@@ -51,9 +51,24 @@ def test_read_file_small_and_edge_cases(tmp_path: Path) -> None:
 def test_read_file_binary_and_long_lines(tmp_path: Path) -> None:
     (tmp_path / "bin").write_bytes(b"ok\xff\xfe\x00end\n")
     assert files.read_file(tmp_path, "bin") == "bin lines 1-1 of 1\nok\ufffd\ufffd\x00end\n"
-    (tmp_path / "long.txt").write_text("x" * 2500 + "\n")
-    out = files.read_file(tmp_path, "long.txt")
-    assert out.endswith("x... [line cut: 500 more chars]\n")
+    (tmp_path / "long.txt").write_text("x" * 200_000 + "\nnext\n")
+    out = files.read_file(tmp_path, "long.txt")  # a line over CHUNK characters, kept whole
+    assert out == "long.txt lines 1-2 of 2\n" + "x" * 200_000 + "\nnext\n"
+
+
+def test_read_file_stops_a_page_at_page_chars_and_says_where(tmp_path: Path) -> None:
+    (tmp_path / "big.txt").write_text("a\n" + "y" * 300_000 + "\nz\n")
+    out = files.read_file(tmp_path, "big.txt", page_chars=100_000)
+    head, notice = out.split("\n[page size reached", 1)
+    assert head == "big.txt lines 1-2 of 3\na\n" + "y" * (100_000 - 2)
+    assert f"in line 2: {300_000 - 99_998 + 1} more characters" in notice
+    assert notice.endswith("... 1 more line; call read_file with offset=3")
+
+
+def test_read_file_counts_lines_of_a_file_without_a_final_newline(tmp_path: Path) -> None:
+    (tmp_path / "t.txt").write_text("one\ntwo")
+    assert files.read_file(tmp_path, "t.txt") == "t.txt lines 1-2 of 2\none\ntwo"
+    assert files.read_file(tmp_path, "t.txt", offset=2) == "t.txt lines 2-2 of 2\ntwo"
 
 
 def test_write_file_exact_bytes_parents_and_no_temp_left(tmp_path: Path) -> None:
