@@ -208,11 +208,11 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 all(t in ran for t in role.finish_requires)
                 and len(ran) >= role.finish_min_calls)
             work = toolset.specs() + ([TOOL_SEARCH] if env.on_demand else [])
-            added: set[str] = set()
+            added: set[str] = set()  # tools offered the loop's summary argument
             if env.context.summaries.model_written:
-                added = {t.name for t in work
-                         if "summary" not in ((t.parameters or {}).get("properties") or {})}
-                work = [with_summary(t) for t in work]
+                offered = [with_summary(t) for t in work]
+                added = {w.name for t, w in zip(work, offered, strict=True) if w is not t}
+                work = offered
             tools = [*work, role.finish] if may_finish else work
             schema_tokens = env.counter.count(json.dumps([t.to_openai() for t in tools]))
             prompt = engine.prompt(assignment)

@@ -141,8 +141,11 @@ class ContextEngine:
         tokens = self.counter.message(message)
         if tokens > cap:  # cut once, now, so that no prompt ever rewrites a message it sent
             message, tokens = self._cut(message, iri, cap)
-        shown = frozenset(identifiers(message.content)).union(
-            *(identifiers(c.arguments_json()) for c in message.tool_calls))
+        if said and message.content == source:  # the same text: its identifiers are known
+            shown = frozenset(said)
+        else:
+            shown = frozenset(identifiers(message.content)).union(
+                *(identifiers(c.arguments_json()) for c in message.tool_calls))
         self.live.append(_Live(message, iri, self._turn, tool or message.name, tokens, source,
                                message.content == source, shown,
                                " ".join(summary.split()) if summary else None))
@@ -194,12 +197,21 @@ class ContextEngine:
         self.stats.baseline_tokens += self._prefix_tokens + self._baseline_live
         return messages
 
+    def _live_ids(self) -> set[str]:
+        """Identifiers the prefix and the live messages show."""
+        out = set(self._prefix_ids)
+        for item in self.live:
+            out |= item.ids
+        return out
+
     def _working_set(self, focus: str) -> Message | None:
         """The prefetch block: earlier lines the next step is predicted to need, after the
         live messages (so it never disturbs the cached part of the prompt)."""
         self.warmed = []
         if not self.settings.prefetch.enabled or not self.live or not len(self.lines):
             return None
+        if self.live[-1].tool == WORKING_SET:
+            return None  # nothing new happened since the last prediction
         query: dict[str, float] = {}
         for ident in identifiers(focus):
             query[ident] = 0.5
@@ -208,12 +220,8 @@ class ContextEngine:
             w = weights.get(item.message.role, 1.0)
             for ident in identifiers(item.source):
                 query[ident] = max(query.get(ident, 0.0), w)
-        visible = set(self._prefix_ids) | self._segment_ids
-        for item in self.live:
-            visible |= item.ids
+        visible = self._live_ids() | self._segment_ids
         exclude = {x.iri for x in self.live if x.whole}
-        if self.live[-1].tool == WORKING_SET:
-            return None  # nothing new happened since the last prediction
         self.warmed = self.predictor.predict(query, visible=visible, exclude=exclude,
                                              count=self.counter.count)
         quoted = [w for w in self.warmed if w.lines]
@@ -299,10 +307,8 @@ class ContextEngine:
             added.append(entry)
             self.stats.history.append(entry)
         base = base_of(next((x.iri for x in moved if x.iri), ""))
-        rel = functools.partial(_relative_to, base)
-        live_ids: set[str] = set(self._prefix_ids)
-        for item in self.live:
-            live_ids |= item.ids
+        rel = functools.partial(relative, base=base)
+        live_ids = self._live_ids()
         visible = live_ids | self._segment_ids
         for entry in added:
             visible.update(identifiers(entry.summary))
@@ -314,6 +320,7 @@ class ContextEngine:
             parts = [self.chain.render(added, weak=False) if added else "",
                      self.facts.render(new_facts, rel)]
             self._segments.append(Message("user", "\n".join(p for p in parts if p)))
+            self._segment_ids |= frozenset(identifiers(self._segments[-1].content))
         else:
             # major compaction: evict by score, then one block replaces all earlier ones; the
             # facts that only evicted lines showed come back as fact lines
@@ -328,9 +335,9 @@ class ContextEngine:
             self.facts.evict()
             parts = [self.chain.render(), self.facts.render(self.facts.lines, rel)]
             self._segments = [Message("user", "\n".join(p for p in parts if p))]
+            self._segment_ids = frozenset(identifiers(self._segments[0].content))
             self.stats.major_compactions += 1
         self._history_tokens = self.counter.messages(self._segments)
-        self._segment_ids = frozenset().union(*(identifiers(m.content) for m in self._segments))
         self.stats.compactions += 1
         floor = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
         self._trigger = max(s.high_water * s.target_tokens, floor + self._batch)
@@ -346,10 +353,6 @@ class ContextEngine:
             return action_line(item.source, calls, width=self.settings.summaries.line_chars)
         return gist(item.source, salient=self._mentioned,
                     width=self.settings.summaries.line_chars)
-
-
-def _relative_to(base: str, iri: str) -> str:
-    return relative(iri, base)
 
 
 def _role_label(item: _Live) -> str:

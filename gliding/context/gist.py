@@ -16,9 +16,9 @@ import re
 from collections.abc import Collection
 
 from gliding.core.identifiers import identifiers
+from gliding.core.text import MARKUP_TAG
 
 _MARKUP = re.compile(r"^\s*(?:</?[A-Za-z_][\w-]*>\s*)+$|^\s*[-=_*#~`]{3,}\s*$")
-_TAG = re.compile(r"</?[A-Za-z_][\w-]*>")
 _CODE_BLOCK = re.compile(r"```[A-Za-z0-9_+-]*\n(.*?)```", re.S)
 _EXIT = re.compile(r"(?:<returncode>|exit(?:ed)? (?:code|status)[: ]*|return code[: ]*)(-?\d+)",
                    re.I)
@@ -41,7 +41,7 @@ def gist(text: str, *, salient: Collection[str] = (), width: int = 240,
         raw = raw.strip()
         if not raw or _MARKUP.match(raw):
             continue
-        bare = _TAG.sub("", raw).strip()
+        bare = MARKUP_TAG.sub("", raw).strip()
         if bare and not (code and bare == code.group(1) and bare != raw):  # <returncode>0</…>
             lines.append(bare)
     if not lines:

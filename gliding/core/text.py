@@ -1,7 +1,12 @@
-"""Cutting text to a width: the one rule the summaries, tool answers and records share — keep
-the start, end with "…" when anything was cut, never pass ``width`` characters."""
+"""Text rules the summaries, tool answers and records share. Cutting to a width: keep the
+start, end with "…" when anything was cut, never pass ``width`` characters. ``MARKUP_TAG``: the
+tags a harness wraps output in (``<output>``, ``</returncode>``), which are not content."""
 
 from __future__ import annotations
+
+import re
+
+MARKUP_TAG = re.compile(r"</?[A-Za-z_][\w-]*>")  # <output>, </returncode>: a harness's wrapping
 
 
 def clip(text: str, width: int) -> str:

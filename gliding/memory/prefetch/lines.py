@@ -8,13 +8,11 @@ the oldest. The full text of every source stays in L0 under its IRI.
 
 from __future__ import annotations
 
-import re
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from gliding.core.identifiers import identifiers
-
-_MARKUP = re.compile(r"</?[A-Za-z_][\w-]*>")
+from gliding.core.text import MARKUP_TAG
 
 
 @dataclass(frozen=True)
@@ -51,7 +49,7 @@ class LineIndex:
             return self.sources[iri]
         lines = []
         for n, raw in enumerate(text.splitlines(), 1):
-            shown = " ".join(_MARKUP.sub("", raw[:4000]).split())
+            shown = " ".join(MARKUP_TAG.sub("", raw[:4000]).split())
             found = identifiers(shown)
             if not found:
                 continue
