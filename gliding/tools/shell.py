@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 
@@ -168,7 +168,8 @@ async def run_command(
     started = anyio.current_time()
     # the output is kept whole up to the archive cap: in memory up to max_output_bytes, then
     # in a temporary file on disk, so a chatty command never holds more than that in memory
-    kept = tempfile.SpooledTemporaryFile(max_size=settings.bash.max_output_bytes)  # noqa: SIM115
+    in_memory = settings.bash.max_output_bytes
+    kept = tempfile.SpooledTemporaryFile(max_size=in_memory)  # noqa: SIM115
     tail = b""
     total = 0
     flooded = False
@@ -182,7 +183,11 @@ async def run_command(
                 return
             async for chunk in proc.stdout:
                 if total < flood_limit:
-                    kept.write(chunk[: flood_limit - total])
+                    part = chunk[: flood_limit - total]
+                    if total + len(part) > in_memory:  # on disk now: write off the event loop
+                        await anyio.to_thread.run_sync(kept.write, part)
+                    else:
+                        kept.write(part)
                 total += len(chunk)
                 tail = (tail + chunk)[-TAIL_BYTES:]
                 if total > flood_limit and not flooded:
@@ -203,15 +208,17 @@ async def run_command(
                 with anyio.move_on_after(DRAIN_GRACE_S):
                     await pump_done.wait()
                 tg.cancel_scope.cancel()
+    except BaseException:
+        kept.close()
+        raise
     finally:
         with anyio.CancelScope(shield=True):
             _kill_group(pgid)
             await proc.aclose()
-        try:
-            kept.seek(0)
-            data = kept.read()
-        finally:
-            kept.close()
+    try:
+        data = await anyio.to_thread.run_sync(_read_all, kept)
+    finally:
+        kept.close()
     timed_out = deadline.cancelled_caught and not exited
     return CommandResult(
         exit_code=None if timed_out or flooded else proc.returncode,
@@ -225,6 +232,11 @@ async def run_command(
         flood_limit=flood_limit,
         elapsed_s=anyio.current_time() - started,
     )
+
+
+def _read_all(kept: IO[bytes]) -> bytes:
+    kept.seek(0)
+    return kept.read()
 
 
 async def _bash(args: dict[str, Any], ctx: ToolContext) -> str:
