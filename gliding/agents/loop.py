@@ -11,7 +11,8 @@
 Every turn is archived in L0 in full (prompt and reply) under ``gliding://job/<job>/turn/<role>/<n>``
 together with its ledger row, every tool result under ``gliding://job/<job>/result/<role>-<n>-0``,
 and each is announced on ``job/<job>/archived`` for ingestion. Writes go through the archive
-port (``memory.archive_port``), never on the event loop.
+port (``memory.archive_port``), never on the event loop. While the model thinks, the sources the
+context engine predicts the next step will read are warmed into the port's read cache.
 
 Resuming is replay: a turn already archived is not asked of the model again (its archived reply
 is used and it costs nothing new), and a tool call whose result is archived is not run again
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -221,8 +222,9 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                                  meta={"role": role.name, "turn": n,
                                        "cache_breakpoints": engine.breakpoints(prompt)})
             iri = str(turn_iri(env.job, role.name, n))
+            warm = [w.iri for w in engine.warmed] if env.context.prefetch.enabled else []
             try:
-                completion, was_archived = await _complete(env, iri, n, request)
+                completion, was_archived = await _complete_warming(env, iri, n, request, warm)
             except GlidingError as exc:
                 error = f"model call failed: {exc.message}"
                 log.warning("llm.call.failed", job=env.job, role=role.name, turn=n,
@@ -290,6 +292,33 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     return AgentResult(role.name, state.value, finish, turns, tuple(summaries), tuple(records),
                        error, stats.prompt_tokens, stats.baseline_tokens, stats.compactions,
                        stats.archived_results, usage, schema_tokens, replayed)
+
+
+async def _complete_warming(env: AgentEnv, iri: str, n: int, request: LLMRequest,
+                            warm: Sequence[str]) -> tuple[Completion, bool]:
+    """``_complete``, while the sources the context engine predicted for this step are read
+    into the archive's cache: the reads overlap the model's thinking and never delay the call."""
+    if not warm:
+        return await _complete(env, iri, n, request)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_warm, env, n, warm)
+        try:
+            return await _complete(env, iri, n, request)
+        except Exception as exc:  # raised below, as it came: the task group would wrap it
+            failed = exc
+    raise failed
+
+
+async def _warm(env: AgentEnv, n: int, iris: Sequence[str]) -> None:
+    """Prefetch into the archive's read cache; a failure costs only the prefetch."""
+    try:
+        added = await env.archive.warm(iris)
+    except (GlidingError, OSError) as exc:
+        log.warning("archive.warm.failed", job=env.job, role=env.role.name, turn=n,
+                    error=str(exc))
+        return
+    log.debug("archive.warmed", job=env.job, role=env.role.name, turn=n, asked=len(iris),
+              added=added)
 
 
 async def _complete(env: AgentEnv, iri: str, n: int,

@@ -90,10 +90,10 @@ class SummarySettings(_Section):
 
 
 class PrefetchSettings(_Section):
-    enabled: bool = False  # a working-set block of predicted earlier lines after the live messages
-    budget_tokens: int = Field(400, ge=0)  # tokens the working-set block may take
-    max_sources: int = Field(6, ge=1)  # earlier results or turns it may quote from
-    lines_per_source: int = Field(3, ge=1)  # lines it may quote from one source
+    enabled: bool = True  # predict the sources the next step needs and warm the read cache
+    budget_tokens: int = Field(0, ge=0)  # a working-set block of their lines (0: no block)
+    max_sources: int = Field(12, ge=1)  # earlier results or turns warmed before a model call
+    lines_per_source: int = Field(3, ge=1)  # lines the block may quote from one source
 
 
 class ContextSettings(_Section):

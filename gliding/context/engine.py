@@ -3,7 +3,7 @@
     [stable prefix: system (role, constitution, tool notes) + demonstrations + the task]
     [history block: L1 lines (one per compacted turn, with its IRI) and kept facts]  ← changes
     [live messages, newest last]                                       only at compactions
-    [working set: predicted earlier lines, when prefetch is on]
+    [working set: predicted earlier lines, this prompt only, when prefetch is on]
 
 Tool results over ``threshold`` bytes enter the live list already routed (summary + IRI, see
 ``router``). Between compactions the prompt only grows by appending, so a provider's prompt
@@ -100,7 +100,9 @@ class ContextEngine:
                                                               p.lines_per_source))
         self._prefix_ids = frozenset().union(*(identifiers(m.content) for m in self.prefix))
         self._segment_ids: frozenset[str] = frozenset()
-        self.warmed: list[Warm] = []  # what the last prompt's working set quotes
+        self.warmed: list[Warm] = []  # the sources the last prompt's prediction warmed
+        self._focus = ""  # the focus the predictor last saw, and its identifiers
+        self._focus_ids: list[str] = []
         # the history block (L1 lines and facts) must leave room under max_tokens for the
         # prefix and the newest messages: facts get what the ceiling allows, at most their budget
         room = settings.window.max_tokens - self._prefix_tokens - self.chain.budget_tokens - 512
@@ -127,7 +129,7 @@ class ContextEngine:
         if message.role == "assistant":
             self.facts.observe_use(said, self._turn, self._prefix_ids)
             if self.settings.prefetch.enabled:
-                self.predictor.observe_action(said)
+                self.predictor.observe_action([i for i in said if i not in self._prefix_ids])
         if message.role == "tool" and (tool or message.name) not in READ_BACK_TOOLS:
             routed = route_result(message.content, iri=iri, tool=tool or message.name,
                                   threshold=self.settings.tool_result_iri.threshold,
@@ -172,20 +174,26 @@ class ContextEngine:
     def prompt(self, focus: str = "") -> list[Message]:
         """The messages to send now; compacts first when over the high-water mark."""
         s = self.settings.window
+        fresh = not (self.live and self.live[-1].tool == WORKING_SET)  # something new came
+        if fresh:
+            self._drop_working_set()
         total = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
-        if total > self._trigger or len(self.live) > s.max_messages or total > s.max_tokens:
+        block_tokens = sum(x.tokens for x in self.live if x.tool == WORKING_SET)
+        # the block is not growth: it must not bring a compaction
+        if (total - block_tokens > self._trigger or len(self.live) > s.max_messages
+                or total > s.max_tokens):
             self._compact(focus)
             total = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
         if total > s.max_tokens:
             total = self._enforce_ceiling()
-        block = self._working_set(focus)
+        block = self._working_set(focus) if fresh else None
         if block is not None and total + self.counter.message(block) > s.max_tokens:
-            block, self.warmed = None, []  # the ceiling holds for the working set too
+            block = None  # the ceiling holds for the working set too (the cache still warms)
         if block is not None:
-            # appended to the live messages like any other: later prompts keep it, cached,
-            # until the next compaction drops it (its lines are in L0 under their IRIs)
+            # after the newest message, for this prompt only: the next prompt drops it before
+            # its own, so it never stays in the cached part (the model's reply follows it, and
+            # a reply is never a cache hit) nor costs a later prompt anything
             extra = self.counter.message(block)
-            self._trigger += extra  # the block is not growth: it must not bring a compaction
             self.live.append(_Live(block, "", self._turn, WORKING_SET, extra, block.content,
                                    False, frozenset(identifiers(block.content))))
             total += extra
@@ -196,6 +204,11 @@ class ContextEngine:
         self.stats.last_prompt_tokens = total
         self.stats.baseline_tokens += self._prefix_tokens + self._baseline_live
         return messages
+
+    def _drop_working_set(self) -> None:
+        """The previous prompt's working-set block leaves the live messages."""
+        if any(x.tool == WORKING_SET for x in self.live):
+            self.live = [x for x in self.live if x.tool != WORKING_SET]
 
     def _live_ids(self) -> set[str]:
         """Identifiers the prefix and the live messages show."""
@@ -210,17 +223,18 @@ class ContextEngine:
         self.warmed = []
         if not self.settings.prefetch.enabled or not self.live or not len(self.lines):
             return None
-        if self.live[-1].tool == WORKING_SET:
-            return None  # nothing new happened since the last prediction
-        query: dict[str, float] = {}
-        for ident in identifiers(focus):
-            query[ident] = 0.5
+        if focus != self._focus:
+            self._focus, self._focus_ids = focus, identifiers(focus)
+        query: dict[str, float] = dict.fromkeys(self._focus_ids, 0.5)
         weights = {"assistant": 2.0, "tool": 1.0, "user": 1.5}
         for item in [x for x in self.live if x.tool != WORKING_SET][-2:]:
             w = weights.get(item.message.role, 1.0)
-            for ident in identifiers(item.source):
+            source = self.lines.sources.get(item.iri)
+            for ident in source.ids if source is not None else identifiers(item.source):
                 query[ident] = max(query.get(ident, 0.0), w)
-        visible = self._live_ids() | self._segment_ids
+        # which lines show what the prompt lacks matters only to a block
+        visible = (self._live_ids() | self._segment_ids
+                   if self.settings.prefetch.budget_tokens else frozenset())
         exclude = {x.iri for x in self.live if x.whole}
         self.warmed = self.predictor.predict(query, visible=visible, exclude=exclude,
                                              count=self.counter.count)

@@ -1,9 +1,11 @@
 """An in-memory ``ArchivePort``: the fake for tests of agents without SQLite.
 
-It keeps the port's contract (``tests/memory/archive_port_contract.py`` runs the same checks
+It keeps the port's contract (``tests/memory/test_archive_port.py`` runs the same checks
 against it and against ``LocalArchive``): an IRI holding the same bytes again is a no-op,
 different bytes raise ArchiveError, a turn and its ledger row are written together, a missing
-item is NotFoundError. Nothing is durable: it is gone with the object.
+item is NotFoundError, ``warm`` counts only this job's items (a node IRI is none) not warmed
+before. Nothing is durable: it is gone with the object. ``warms`` records every ``warm`` call,
+for tests of what an agent prefetched.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from gliding.core.iri import parse_iri
-from gliding.errors import ArchiveError, NotFoundError
+from gliding.errors import ArchiveError, IRIError, NotFoundError
 from gliding.memory.archive import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
 
 
@@ -26,6 +29,8 @@ class InMemoryArchive:
         self._job = job
         self.items: dict[str, ArchivedItem] = {}
         self.ledger: list[CallRecord] = []
+        self.cached: set[str] = set()  # what ``warm`` loaded
+        self.warms: list[tuple[str, ...]] = []
         self._seq = itertools.count(1)
 
     @property
@@ -71,6 +76,19 @@ class InMemoryArchive:
                 raise NotFoundError(f"nothing is archived at {iri}")
             item = revisions[-1]
         return (item.content or b"").decode("utf-8", errors="replace")
+
+    async def warm(self, iris: Sequence[str]) -> int:
+        self.warms.append(tuple(iris))
+        added = 0
+        for iri in iris:
+            try:
+                parsed = parse_iri(iri)
+            except IRIError:
+                continue
+            if parsed.job == self._job and iri in self.items and iri not in self.cached:
+                self.cached.add(iri)
+                added += 1
+        return added
 
     async def calls(self) -> list[CallRecord]:
         return list(self.ledger)

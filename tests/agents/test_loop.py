@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from gliding.agents.loop import TERMINAL, TRANSITIONS, AgentEnv, State, run_agent, transition
 from gliding.agents.roles import ROLES, load_role, load_roles
 from gliding.bus.inproc import InProcessBus
-from gliding.config.settings import Settings
+from gliding.config.settings import PrefetchSettings, Settings
+from gliding.context.engine import ContextEngine
 from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker, Limits
-from gliding.errors import ConfigError
+from gliding.core.messages import Completion, Message
+from gliding.errors import ArchiveError, ConfigError
+from gliding.llm.port import LLM, LLMRequest
 from gliding.memory.archive import Archive
 from gliding.memory.archive_port import LocalArchive
 from gliding.testing import ScriptedLLM, call
+from gliding.testing.archive import InMemoryArchive
 from gliding.tools.base import ToolContext
 from gliding.tools.groups import job_groups
 
@@ -162,3 +168,122 @@ def test_bash_output_past_the_memory_cap_is_archived_whole_and_routed(tmp_path: 
     assert len(seen.content.encode()) <= env.context.tool_result_iri.preview_size
     env.archive.archive.close()
 
+
+
+# --- prefetch: the engine's predicted sources are warmed while the model thinks ----------------
+
+COUNT_THEN_GREP = [call("bash", command="seq 1 40000"),  # a routed result: out of the prompt
+                   call("grep_result", iri="result/DA-1-0", pattern="12345"),
+                   call("finish", summary="found it")]
+
+
+class Thinking:
+    """A ScriptedLLM that lets other tasks run mid-call and says whether a call is under way."""
+
+    def __init__(self, llm: ScriptedLLM) -> None:
+        self.llm, self.thinking = llm, False
+
+    @property
+    def name(self) -> str:
+        return self.llm.name
+
+    async def complete(self, request: LLMRequest) -> Completion:
+        self.thinking = True
+        try:
+            await anyio.lowlevel.checkpoint()
+            return await self.llm.complete(request)
+        finally:
+            self.thinking = False
+
+
+class Watched(InMemoryArchive):
+    """Records whether the model was mid-call when each warm began."""
+
+    def __init__(self, llm: Thinking) -> None:
+        super().__init__("j1")
+        self.llm = llm
+        self.during: list[bool] = []
+
+    async def warm(self, iris: Sequence[str]) -> int:
+        self.during.append(self.llm.thinking)
+        return await super().warm(iris)
+
+
+class Failing(InMemoryArchive):
+    """An archive whose every warm fails."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__("j1")
+        self.error = error
+        self.tried = 0
+
+    async def warm(self, iris: Sequence[str]) -> int:
+        self.tried += 1
+        raise self.error
+
+
+def _fake_env(tmp_path: Path, llm: LLM, archive: InMemoryArchive,
+              prefetch: bool = True) -> AgentEnv:
+    spec = load_role("DA")
+    settings = Settings()
+    return AgentEnv(
+        job="j1", role=spec, llm=llm,
+        toolset=job_groups(reader=archive, iri_base="gliding://job/j1/").toolset(
+            spec.tool_groups),
+        tool_ctx=ToolContext(tmp_path, settings.tools), archive=archive,
+        budget=BudgetTracker(Limits(), started_at=0.0), bus=InProcessBus(),
+        now=lambda: 0.0, max_turns=5, counter=TokenCounter(),
+        context=settings.context.model_copy(update={
+            "prefetch": PrefetchSettings(enabled=prefetch)}),
+    )
+
+
+def test_the_sources_the_engine_predicted_are_warmed_while_the_model_thinks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    warmed: list[tuple[str, ...]] = []
+
+    class Spy(ContextEngine):
+        """The context engine, keeping what each prompt warmed."""
+
+        def prompt(self, focus: str = "") -> list[Message]:
+            messages = super().prompt(focus)
+            warmed.append(tuple(w.iri for w in self.warmed))
+            return messages
+
+    monkeypatch.setattr("gliding.agents.loop.ContextEngine", Spy)
+    llm = Thinking(ScriptedLLM(COUNT_THEN_GREP))
+    archive = Watched(llm)
+    result = anyio.run(run_agent, _fake_env(tmp_path, llm, archive), "Goal: find 12345")
+    assert result.status == "finished"
+    predicted = [iris for iris in warmed if iris]
+    assert "gliding://job/j1/result/DA-1-0" in {i for iris in predicted for i in iris}
+    assert archive.warms == predicted  # every prediction, as the engine made it
+    assert archive.cached == {"gliding://job/j1/result/DA-1-0"}
+    assert archive.during == [True] * len(predicted)  # each began during its model call
+
+
+def test_prefetch_off_warms_nothing(tmp_path: Path) -> None:
+    archive = InMemoryArchive("j1")
+    env = _fake_env(tmp_path, ScriptedLLM(COUNT_THEN_GREP), archive, prefetch=False)
+    assert anyio.run(run_agent, env, "Goal: find 12345").status == "finished"
+    assert archive.warms == []
+
+
+@pytest.mark.parametrize("error", [ArchiveError("the archive is closed"),
+                                   OSError("disk gone")], ids=["archive", "os"])
+def test_a_warm_that_fails_does_not_fail_the_turn(tmp_path: Path, error: Exception) -> None:
+    archive = Failing(error)
+    llm = ScriptedLLM(COUNT_THEN_GREP)
+    result = anyio.run(run_agent, _fake_env(tmp_path, llm, archive), "Goal: find 12345")
+    assert archive.tried >= 1
+    assert result.status == "finished" and result.error is None
+    assert len(llm.requests) == 3 and result.tools[1].ok
+
+
+def test_a_model_failure_while_warming_fails_the_turn_as_before(tmp_path: Path) -> None:
+    archive = InMemoryArchive("j1")
+    llm = ScriptedLLM(COUNT_THEN_GREP[:1])  # the second call finds the script empty
+    result = anyio.run(run_agent, _fake_env(tmp_path, llm, archive), "Goal: find 12345")
+    assert archive.warms  # the second call was made while warming
+    assert result.status == "failed"
+    assert result.error is not None and result.error.startswith("model call failed")

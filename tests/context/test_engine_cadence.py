@@ -16,7 +16,8 @@ from tests.context.test_engine import COUNTER, JOB, PREFIX, small, words
 
 
 def with_prefetch(config: ContextSettings, enabled: bool) -> ContextSettings:
-    return config.model_copy(update={"prefetch": PrefetchSettings(enabled=enabled)})
+    return config.model_copy(update={"prefetch": PrefetchSettings(enabled=enabled,
+                                                                  budget_tokens=400)})
 
 
 def engine_with_prefix(config: ContextSettings, prefix_words: int) -> ContextEngine:

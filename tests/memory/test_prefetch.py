@@ -133,13 +133,15 @@ def test_the_index_stays_bounded_and_consistent(
 
 
 def predictor(*texts: str, budget_tokens: int = 400, max_sources: int = 6,
-              lines_per_source: int = 3, min_share: float = 0.5) -> Predictor:
-    """A predictor over one result source per text, ``iri(1)`` first."""
+              lines_per_source: int = 3, min_score: float = 0.5,
+              turns: tuple[int, ...] = ()) -> Predictor:
+    """A predictor over one source per text, ``iri(1)`` first: results, but turns for the
+    numbers in ``turns``."""
     index = LineIndex()
     for n, text in enumerate(texts, 1):
-        index.add(iri(n), text, turn=n, kind="result")
+        index.add(iri(n), text, turn=n, kind="turn" if n in turns else "result")
     return Predictor(index, PrefetchParams(budget_tokens, max_sources, lines_per_source,
-                                           min_share))
+                                           min_score=min_score))
 
 
 def quoted(warmed: list[Warm]) -> dict[str, list[int]]:
@@ -189,16 +191,46 @@ def test_a_rare_identifier_outranks_a_common_one() -> None:
     assert [w.iri for w in warmed] == [iri(1)]  # the rest score under min_share of the best
 
 
-def test_the_access_sequence_breaks_a_tie() -> None:
-    texts = ("shared_key.lookup first_only.a", "shared_key.lookup second_only.b")
-    control = predictor(*texts, min_share=0.0)
-    learned = predictor(*texts, min_share=0.0)
+def test_every_source_holding_an_identifier_an_action_used_was_accessed() -> None:
+    p = predictor("used_name.x in a result", "used_name.x again, other_name.y",
+                  "other_name.y only", "agent_only.z written by the agent", turns=(4,))
 
-    assert learned.observe_action(["second_only.b"]) == [iri(2)]
+    # the turn holding used_name.x counts too; an identifier only turns hold points nowhere
+    assert p.observe_action(["used_name.x", "agent_only.z", "absent_name.w"]) == [iri(1), iri(2)]
+    assert p.observe_action([]) == []
 
-    query = {"shared_key.lookup": 1.0}
-    assert control.predict(query, visible=(), exclude=(), count=count)[0].iri == iri(1)
-    assert learned.predict(query, visible=(), exclude=(), count=count)[0].iri == iri(2)
+
+def test_an_accessed_source_is_warmed_without_a_content_match_and_fades() -> None:
+    p = predictor("first_only.a shared_key.lookup", "second_only.b", "third_only.c")
+    p.observe_action(["second_only.b"])
+
+    warmed = p.predict({"shared_key.lookup": 1.0}, visible=(), exclude=(), count=count)
+
+    # one access (1.0) outranks the best content match (0.5 x its share)
+    assert [w.iri for w in warmed] == [iri(2), iri(1)]
+    p.observe_action(["third_only.c"])  # 0.6 for iri(2), 1.0 for iri(3)
+    assert [w.iri for w in p.predict({}, visible=(), exclude=(), count=count)] == [iri(3), iri(2)]
+    p.observe_action([])  # 0.36 for iri(2): under min_score, it is no longer warmed
+    assert [w.iri for w in p.predict({}, visible=(), exclude=(), count=count)] == [iri(3)]
+
+
+def test_access_adds_up_recent_and_often_beats_once() -> None:
+    p = predictor("often_name.a", "once_name.b")
+    for _ in range(3):
+        p.observe_action(["often_name.a"])
+    p.observe_action(["once_name.b"])
+
+    # 1.0 for iri(2); 0.6 x (1 + 0.6 + 0.36) = 1.18 for iri(1)
+    assert [w.iri for w in p.predict({}, visible=(), exclude=(), count=count)] == [iri(1), iri(2)]
+
+
+def test_an_excluded_or_zero_budget_source_is_warmed_without_lines() -> None:
+    p = predictor("wanted_name.a", "wanted_name.a other_name.b", budget_tokens=0)
+    p.observe_action(["wanted_name.a"])
+
+    warmed = p.predict({}, visible=(), exclude={iri(1)}, count=count)
+
+    assert [(w.iri, w.lines) for w in warmed] == [(iri(2), ())]  # the cache warms, no block
 
 
 def test_max_sources_lines_per_source_and_budget_bound_what_is_warmed() -> None:
@@ -255,5 +287,6 @@ def test_predictions_stay_within_their_bounds(
         assert all(x.iri == w.iri for x in w.lines)
         assert [x.number for x in w.lines] == sorted({x.number for x in w.lines})
         assert w.iri in p.index.sources and set(w.lines) <= set(p.index.sources[w.iri].lines)
-        assert set(query) & p.index.sources[w.iri].ids  # it shares the query
+        # it shares the query or an action used it
+        assert set(query) & p.index.sources[w.iri].ids or w.iri in p.access
     assert all(x.ids - visible for x in lines)  # each shows something the prompt lacks

@@ -523,6 +523,7 @@ def test_facts_budget_tokens_keeps_a_used_fact_in_the_prompt_or_not(
 
 WORKING_SET_HEADER = "[Working set:"
 PREFETCH_ON = {"GLIDING_CONTEXT__PREFETCH__ENABLED": "true",
+               "GLIDING_CONTEXT__PREFETCH__BUDGET_TOKENS": "400",
                "GLIDING_CONTEXT__WINDOW__TARGET_TOKENS": "600"}
 
 
@@ -566,8 +567,8 @@ def warmed_session(settings: Settings) -> Warmed:
     return Warmed(engine.prompt("the goal"), engine, counter)
 
 
-@pytest.mark.parametrize("value", [None, "true"], ids=["default", "true"])
-def test_prefetch_enabled_appends_a_working_set_of_earlier_lines(
+@pytest.mark.parametrize("value", [None, "false"], ids=["default", "false"])
+def test_prefetch_enabled_warms_the_sources_the_next_step_may_need(
     tmp: Path, value: str | None
 ) -> None:
     env = {"GLIDING_CONTEXT__WINDOW__TARGET_TOKENS": "600"}
@@ -577,38 +578,48 @@ def test_prefetch_enabled_appends_a_working_set_of_earlier_lines(
     got = warmed_session(settings_from(tmp, env))
 
     assert got.engine.stats.compactions > 0
+    assert got.block is None  # the default block budget is 0: the warmed sources only
     if value is None:
-        assert DEFAULTS.prefetch.enabled is False
-        assert got.block is None and got.engine.warmed == []
-        assert got.engine.stats.working_set_tokens == 0
+        assert DEFAULTS.prefetch.enabled is True
+        warmed = {w.iri for w in got.engine.warmed}
+        # the results that showed shared_key.lookup, which the last action used again
+        assert {f"gliding://job/j/result/DA-{k}-0" for k in range(1, 7)} <= warmed
+        assert not warmed & {x.iri for x in got.engine.live if x.whole}
+        assert all(w.lines == () for w in got.engine.warmed)
     else:
-        assert got.block is got.prompt[-1]  # after the live messages, the cached part untouched
-        assert got.block.role == "user"
-        assert "(<x> means gliding://job/j/x; read_result(IRI) has the full text)" in \
-            got.block.content
-        assert "<result/DA-1-0> 1: pkg/mod_1/file_1.py:10: def helper_1_0(arg)" in \
-            got.block.content
-        # Σ over the session's prompts: earlier ones warmed lines too
-        assert got.engine.stats.working_set_tokens >= got.counter.message(got.block) > 0
+        assert got.engine.warmed == []
+    assert got.engine.stats.working_set_tokens == 0
 
 
-@pytest.mark.parametrize("value", [None, "40"], ids=["default", "40"])
+@pytest.mark.parametrize("value", [None, "40", "400"], ids=["default", "40", "400"])
 def test_prefetch_budget_tokens_bounds_the_lines_the_working_set_quotes(
     tmp: Path, value: str | None
 ) -> None:
-    env = dict(PREFETCH_ON)
+    env = {"GLIDING_CONTEXT__WINDOW__TARGET_TOKENS": "600"}
     if value is not None:
         env["GLIDING_CONTEXT__PREFETCH__BUDGET_TOKENS"] = value
-    budget = DEFAULTS.prefetch.budget_tokens if value is None else 40
 
     got = warmed_session(settings_from(tmp, env))
 
-    assert got.block is not None
-    assert 0 < got.line_tokens <= budget
     if value is None:
-        assert got.line_tokens > 200  # the default budget lets it quote far more
-    else:
+        assert DEFAULTS.prefetch.budget_tokens == 0
+        assert got.block is None and got.line_tokens == 0 and got.engine.warmed
+        return
+    budget = int(value)
+    assert got.block is got.prompt[-1]  # after the live messages, the cached part untouched
+    assert got.block.role == "user"
+    assert "(<x> means gliding://job/j/x; read_result(IRI) has the full text)" in \
+        got.block.content
+    assert 0 < got.line_tokens <= budget
+    if budget == 40:
         assert sum(got.quoted.values()) < 4
+    else:
+        assert got.line_tokens > 200  # a larger budget lets it quote far more
+        # of sources accessed alike, the newest first
+        assert "<result/DA-6-0> 1: pkg/mod_6/file_6.py:10: def helper_6_0(arg)" in \
+            got.block.content
+    # Σ over the session's prompts: earlier ones warmed lines too
+    assert got.engine.stats.working_set_tokens >= got.counter.message(got.block) > 0
 
 
 @pytest.mark.parametrize("value", [None, "2"], ids=["default", "2"])
@@ -624,6 +635,7 @@ def test_prefetch_max_sources_bounds_the_sources_the_working_set_quotes(
     assert got.block is not None
     assert len(got.engine.warmed) <= (DEFAULTS.prefetch.max_sources if value is None else 2)
     if value is None:
+        assert DEFAULTS.prefetch.max_sources == 12
         assert len(got.quoted) > 2
     else:
         assert len(got.quoted) == 2

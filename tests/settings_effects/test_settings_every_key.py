@@ -93,7 +93,7 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "context.summaries.facts_budget_tokens": [
         "test_settings_context.test_facts_budget_tokens_keeps_a_used_fact_in_the_prompt_or_not"],
     "context.prefetch.enabled": [
-        "test_settings_context.test_prefetch_enabled_appends_a_working_set_of_earlier_lines"],
+        "test_settings_context.test_prefetch_enabled_warms_the_sources_the_next_step_may_need"],
     "context.prefetch.budget_tokens": [
         "test_settings_context.test_prefetch_budget_tokens_bounds_the_lines_the_working_set_quotes"],
     "context.prefetch.max_sources": [

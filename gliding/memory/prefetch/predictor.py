@@ -1,13 +1,22 @@
-"""The prefetch predictor: before a model call, which earlier lines will the next step need?
+"""The prefetch predictor: before a model call, which earlier sources will the next step need?
 
-Inputs are only what happened before the call: the focus (the assignment or plan step), the
-newest action and result, and what the prompt already shows. A line of an earlier source
-(archived result or compacted turn) is a candidate when it holds an identifier the prompt does
-not show; it scores by the identifiers it shares with the newest messages and the focus, each
-weighted by rarity (inverse source frequency), times a prior for its source learned from the
-agent's own access sequence: a source whose identifiers the agent used recently, or often, or
-that tends to follow the sources it just used, is worth more. The best lines are taken, at most
-``lines_per_source`` per source and ``max_sources`` sources, within ``budget_tokens``.
+Inputs are only what happened before the call: the agent's earlier actions, the focus (the
+assignment or plan step), the newest action and result, and what the prompt already shows. Two
+kinds of evidence rank an earlier source (an archived result or a compacted turn):
+
+- its *access history*: after each action, the sources that hold an identifier the action used
+  (one a tool result showed, not one the task gave) were accessed. Each access adds 1 to the
+  source's score and every score decays by ``decay`` per action, so a source the agent keeps
+  coming back to, recently and often, ranks high (the LRFU policy of page caches). Agents work
+  in runs of steps on the same files and names, so what the last steps used is the best guide
+  to what the next one will use;
+- its *content*: the identifiers it shares with the newest messages and the focus, each
+  weighted by rarity (inverse source frequency), as a share of the best such source times
+  ``content_weight``. It lets a source no action has used yet come in.
+
+Sources scoring at least ``min_score`` are warmed, best first, at most ``max_sources``: the
+caller loads them into the agent's cache. From each, the lines that show what the prompt
+lacks, at most ``lines_per_source``, within ``budget_tokens``, make the working-set block.
 
 Pure apart from its own state; the caller feeds it sources and actions and renders the result.
 """
@@ -15,18 +24,18 @@ Pure apart from its own state; the caller feeds it sources and actions and rende
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from gliding.memory.prefetch.lines import Line, LineIndex
 
 MAX_POSTINGS = 400  # an identifier in more lines than this is too common to point anywhere
+FORGET = 0.01  # an access score below this is dropped
 
 
 @dataclass(frozen=True)
 class Warm:
-    """Lines of one source the predictor expects the next step to need."""
+    """One source the predictor expects the next step to need, and the lines it quotes."""
 
     iri: str
     score: float
@@ -38,65 +47,40 @@ class PrefetchParams:
     budget_tokens: int = 400
     max_sources: int = 6
     lines_per_source: int = 3
-    min_share: float = 0.5  # a source scoring below this share of the best one is not warmed
+    decay: float = 0.6  # what an access is worth one action later
+    min_score: float = 0.5  # a source scoring below this is not warmed
+    content_weight: float = 0.5  # what the best content match is worth next to one access
 
 
 class Predictor:
-    """Ranks earlier lines for the next step; learns the agent's access sequence."""
+    """Ranks earlier sources for the next step; learns from the agent's access sequence."""
 
     def __init__(self, index: LineIndex, params: PrefetchParams) -> None:
         self.index = index
         self.params = params
-        self.access: Counter[str] = Counter()  # uses of each source's identifiers
-        self.last_access: dict[str, int] = {}
-        self.follows: defaultdict[str, Counter[str]] = defaultdict(Counter)
-        self._previous: list[str] = []
-        self._step = 0
+        self.access: dict[str, float] = {}  # decayed access count of each source
 
     def observe_action(self, ids: Collection[str]) -> list[str]:
-        """Learn from one action: the sources whose rare identifiers it used were accessed."""
-        self._step += 1
-        hit: dict[str, float] = {}
-        n = max(1, len(self.index))
-        for ident in ids:
+        """Learn from one action: every source holding an identifier the action used, that a
+        tool result showed, was accessed. Returns the accessed sources, oldest first."""
+        decay = self.params.decay
+        self.access = {iri: v * decay for iri, v in self.access.items() if v * decay >= FORGET}
+        used: set[str] = set()
+        for ident in set(ids):
             lines = self.index.postings.get(ident)
-            if not lines or len(lines) > MAX_POSTINGS:
+            if not lines:
                 continue
-            weight = math.log(1 + n / max(1, self.index.df[ident]))
-            for iri in {x.iri for x in lines}:
-                hit[iri] = hit.get(iri, 0.0) + weight
-        used = sorted(hit, key=lambda iri: (-hit[iri], iri))[:3]
+            holders = {x.iri for x in lines}
+            if any(self.index.sources[iri].kind == "result" for iri in holders):
+                used |= holders
         for iri in used:
-            self.access[iri] += 1
-            self.last_access[iri] = self._step
-            for before in self._previous:
-                if before != iri:
-                    self.follows[before][iri] += 1
-        if used:
-            self._previous = used
-        return used
+            self.access[iri] = self.access.get(iri, 0.0) + 1.0
+        return [iri for iri in self.index.sources if iri in used]
 
-    def _prior(self, iri: str) -> float:
-        prior = 1.0 + 0.3 * math.log1p(self.access[iri])
-        last = self.last_access.get(iri)
-        if last is not None:
-            prior += 0.5 / (1 + self._step - last)
-        followed = sum(self.follows[b][iri] for b in self._previous)
-        if followed:
-            prior += 0.3 * math.log1p(followed)
-        return prior
-
-    def predict(self, query: Mapping[str, float], *, visible: Collection[str],
-                exclude: Collection[str], count: Callable[[str], int]) -> list[Warm]:
-        """The sources and lines to warm. ``query`` weighs identifiers of the newest messages
-        and the focus; ``visible`` are identifiers the prompt shows; ``exclude`` are sources
-        the prompt holds in full.
-
-        Sources rank by the rarity-weighted identifiers they share with ``query`` times their
-        learned prior; at most ``max_sources`` are taken, and only those within half of the
-        best score. From each, the lines that show what the prompt lacks, best first."""
+    def _content(self, query: Mapping[str, float], exclude: Collection[str]) -> dict[str, float]:
+        """Each source's share of the best rarity-weighted match with ``query``, in [0, 1]."""
         n = max(1, len(self.index))
-        source_score: dict[str, float] = {}
+        score: dict[str, float] = {}
         for ident, weight in query.items():
             postings = self.index.postings.get(ident)
             if not postings or len(postings) > MAX_POSTINGS:
@@ -104,22 +88,32 @@ class Predictor:
             idf = math.log(1 + n / max(1, self.index.df[ident]))
             for iri in {x.iri for x in postings}:
                 if iri not in exclude:
-                    source_score[iri] = source_score.get(iri, 0.0) + weight * idf
-        if not source_score:
-            return []
-        ranked = sorted(((score * self._prior(iri), iri) for iri, score in source_score.items()),
-                        key=lambda x: (-x[0], x[1]))
-        best = ranked[0][0]
+                    score[iri] = score.get(iri, 0.0) + weight * idf
+        best = max(score.values(), default=0.0)
+        return {iri: v / best for iri, v in score.items()} if best > 0 else {}
+
+    def predict(self, query: Mapping[str, float], *, visible: Collection[str],
+                exclude: Collection[str], count: Callable[[str], int]) -> list[Warm]:
+        """The sources to warm and the lines to quote from them. ``query`` weighs identifiers
+        of the newest messages and the focus; ``visible`` are identifiers the prompt shows;
+        ``exclude`` are sources the prompt holds in full."""
         p = self.params
-        chosen = [(score, iri) for score, iri in ranked[: p.max_sources]
-                  if score >= p.min_share * best]
+        score = {iri: v for iri, v in self.access.items()
+                 if iri not in exclude and iri in self.index.sources}
+        for iri, share in self._content(query, exclude).items():
+            score[iri] = score.get(iri, 0.0) + p.content_weight * share
+        turn = {iri: self.index.sources[iri].turn for iri in score}
+        ranked = sorted((iri for iri in score if score[iri] >= p.min_score),
+                        key=lambda iri: (-score[iri], -turn[iri]))[: p.max_sources]
         out = []
         used = 0
-        for score, iri in chosen:
-            source = self.index.sources[iri]
-            lines = []
+        for iri in ranked:
+            lines: list[Line] = []
+            if used >= p.budget_tokens:  # the block is full (or there is none): warm only
+                out.append(Warm(iri, round(score[iri], 4), ()))
+                continue
             options = sorted(
-                (x for x in source.lines if any(i not in visible for i in x.ids)),
+                (x for x in self.index.sources[iri].lines if any(i not in visible for i in x.ids)),
                 key=lambda x: (-sum(query.get(i, 0.0) for i in x.ids), x.number))
             for line in options[: p.lines_per_source]:
                 cost = count(line.text) + 4
@@ -127,5 +121,6 @@ class Predictor:
                     break
                 lines.append(line)
                 used += cost
-            out.append(Warm(iri, score, tuple(sorted(lines, key=lambda x: x.number))))
+            out.append(Warm(iri, round(score[iri], 4),
+                            tuple(sorted(lines, key=lambda x: x.number))))
         return out
