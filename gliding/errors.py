@@ -11,7 +11,8 @@
     ├── LLMError                      a model backend failed (network, bad reply, missing model)
     ├── ArchiveError                  the L0 archive could not be read or written
     ├── BudgetExceeded                a job or role budget (turns, tokens, cost, time) ran out
-    └── BusError                      the memory bus was closed or a message had the wrong type
+    ├── BusError                      the memory bus was closed or a message had the wrong type
+    └── SandboxError                  exit 4: the command sandbox cannot run here
 
 Exceptions never log; the CLI turns them into one message and an exit code.
 """
@@ -82,3 +83,11 @@ class BudgetExceeded(GlidingError):
 
 class BusError(GlidingError):
     code = "bus.failed"
+
+
+class SandboxError(GlidingError):
+    """The sandbox the settings ask for cannot confine commands on this host: the job does not
+    start."""
+
+    code = "sandbox.unavailable"
+    exit_code = 4

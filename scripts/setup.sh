@@ -14,6 +14,21 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 
+# bubblewrap confines the commands agents run (tools.sandbox: bwrap, the default); a job refuses
+# to start without it. Installed here where this user may (root with apt-get).
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing bubblewrap (apt-get)" >&2
+    apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null; } \
+      || echo "setup: could not install bubblewrap; jobs refuse to start until it is there" \
+              "(or tools.sandbox: off)" >&2
+  else
+    echo "setup: bubblewrap (bwrap) is missing: install it (Debian: apt-get install bubblewrap);" \
+         "until then jobs refuse to start unless tools.sandbox: off" >&2
+  fi
+fi
+
 mkdir -p "$WHEELS"
 if ! "$VENV/bin/python" -c "import llama_cpp" >/dev/null 2>&1; then
   if ! ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
@@ -24,3 +39,21 @@ fi
 echo "setup: installing gliding and its dependencies" >&2
 "$VENV/bin/python" -m pip install -q --find-links "$WHEELS" -e ".[dev]"
 "$VENV/bin/gliding" --version
+
+# The node MCP programs tests/mcp starts (server-everything, server-filesystem, the Inspector):
+# installed with npm from the pinned tests/mcp/package.json + package-lock.json into
+# .cache/mcp-servers (git-ignored). Skipped when the installed copy matches the lock (offline
+# after the first run); without node those tests skip and say so.
+MCP_DIR=.cache/mcp-servers
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  mkdir -p "$MCP_DIR"
+  if ! cmp -s tests/mcp/package-lock.json "$MCP_DIR/node_modules/.gliding-lock.json"; then
+    echo "setup: installing the node MCP programs of tests/mcp into $MCP_DIR (npm ci)" >&2
+    cp tests/mcp/package.json tests/mcp/package-lock.json "$MCP_DIR/"
+    (cd "$MCP_DIR" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error >/dev/null) \
+      && cp tests/mcp/package-lock.json "$MCP_DIR/node_modules/.gliding-lock.json" \
+      || echo "setup: npm could not install them; tests/mcp will fail until it can" >&2
+  fi
+else
+  echo "setup: node/npm not found: the tests/mcp tests that need node will be skipped" >&2
+fi

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -179,7 +180,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     engine = ContextEngine(env.context, env.counter,
                            [Message("system", system), *role.examples,
                             Message("user", assignment)])
-    tool_ctx = ToolContext(env.tool_ctx.workspace, env.tool_ctx.settings, _Session(engine))
+    tool_ctx = dataclasses.replace(env.tool_ctx, session=_Session(engine))  # sandbox kept
     env.budget.turns[role.name] = env.turn_base
     state, turns, finish = State.PROMPT, 0, {}
     summaries: list[TurnSummary] = []
@@ -351,6 +352,7 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
         text = (archived.content or b"").decode("utf-8", errors="replace")
         return ToolOutcome(bool(meta.get("ok")), text, dict(meta.get("data") or {})), toolset
     if call.name != "tool_search" or not env.on_demand:
+        ctx = _within_budget(env, ctx)
         tool = toolset.get(call.name)
         name = f"{env.role.name}-{n}-0"
         intent = str(record_iri(env.job, "intent", name))
@@ -379,6 +381,16 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
                                 "role": env.role.name, "turn": n, "data": outcome.data,
                                 "workspace": marked})
     return outcome, toolset
+
+
+def _within_budget(env: AgentEnv, ctx: ToolContext) -> ToolContext:
+    """``ctx`` with the end of the job's wall time budget as its deadline, so that no tool call
+    outlives the budget (``Toolset.call`` stops it there)."""
+    wall = env.budget.limits.wall_time_s
+    if wall is None:
+        return ctx
+    left = wall - (env.now() - env.budget.started_at)
+    return dataclasses.replace(ctx, deadline=time.monotonic() + left)
 
 
 def _tool_search(arguments: Mapping[str, Any], toolset: Toolset,

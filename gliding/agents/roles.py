@@ -16,7 +16,7 @@ import yaml
 
 from gliding.core.messages import Message, ToolCall, ToolSpec
 from gliding.errors import ConfigError
-from gliding.tools.groups import GROUP_NAMES
+from gliding.tools.groups import GROUP_NAMES, known_group
 
 ROLES = ("PA", "DA", "CA", "AA")
 
@@ -77,11 +77,12 @@ def load_role(name: str, home: Path | None = None) -> RoleSpec:
         raise ConfigError(f"roles/{name}.yaml: name is {spec.name!r}, expected {name!r}")
     for key, groups in (("tool_groups", spec.tool_groups),
                         ("tool_groups_on_demand", spec.tool_groups_on_demand)):
-        unknown = [g for g in groups if g not in GROUP_NAMES]
+        unknown = [g for g in groups if not known_group(g)]
         if unknown:
             raise ConfigError(f"roles/{name}.yaml: {key}: unknown tool group "
                               f"{', '.join(map(repr, unknown))}",
-                              hint=f"tool groups: {', '.join(GROUP_NAMES)}")
+                              hint=f"tool groups: {', '.join(GROUP_NAMES)}, "
+                                   "mcp_<server> (docs/mcp.md)")
     return spec
 
 

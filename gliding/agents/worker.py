@@ -50,6 +50,7 @@ from gliding.llm.port import LLM
 from gliding.memory.archive_port import ArchivePort
 from gliding.tools.base import ToolContext, ToolGroupManager
 from gliding.tools.checks import ChecksGroup, outcomes_in
+from gliding.tools.sandbox import Sandbox
 
 log = structlog.get_logger("gliding.agent")
 
@@ -76,6 +77,7 @@ class JobAgents:
     # the assignment -> the role's L3 briefing (once what came before it is on the board)
     briefing: Callable[[Assignment], Awaitable[str]] | None = None
     began_dir: Path | None = None  # where bash marks that a command began (resume reads it)
+    sandbox: Sandbox | None = None  # what confines commands; None: the one the settings ask for
 
 
 class AgentWorker:
@@ -120,7 +122,8 @@ class AgentWorker:
                      if name not in kit.tools.unavailable and kit.tools.group(name)}
         env = AgentEnv(
             job=kit.job, role=spec, llm=kit.llm, toolset=kit.tools.toolset(spec.tool_groups),
-            tool_ctx=ToolContext(kit.workspace, kit.settings.tools), archive=kit.archive,
+            tool_ctx=ToolContext(kit.workspace, kit.settings.tools, sandbox=kit.sandbox),
+            archive=kit.archive,
             budget=kit.budget, bus=kit.bus, now=kit.clock.monotonic,
             max_turns=kit.budget.limits.turns.get(spec.name, spec.max_turns),
             context=kit.settings.context, counter=kit.counter, extra_system=briefing,
@@ -168,8 +171,8 @@ class AgentWorker:
             outcomes = outcomes_in(ran[-1].data) if ran else None
             verified_by = "CA"
             if outcomes is None:  # CA finished without checking: run them once, here
-                outcomes = await self.kit.checks.run(ToolContext(self.kit.workspace,
-                                                                 self.kit.settings.tools))
+                outcomes = await self.kit.checks.run(ToolContext(
+                    self.kit.workspace, self.kit.settings.tools, sandbox=self.kit.sandbox))
                 verified_by = "CA (auto)"
             return CheckReportMsg(**common, results=outcomes,
                                   passed=all(o.passed for o in outcomes),

@@ -2,7 +2,11 @@
 
 Heavy modules (the runtime, litellm, llama.cpp) are imported inside the commands so that
 ``gliding --help`` stays instant. Errors become one message on stderr and an exit code:
-2 for bad input (task file, config, IRI), 3 for something not found, 1 for a failed job.
+2 for bad input (task file, config, IRI, an option out of range), 3 for something not found,
+4 for a sandbox that cannot run, 1 for a failed job or one stopped by an error (the disk full,
+a bug: one message, never a traceback; ``log_level: debug`` logs the traceback). Everything on
+stderr goes through ``gliding.cli.logs``: plain lines with control characters escaped, or, with
+``log_format: json``, one JSON object a line.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
 
-_state: dict[str, Any] = {"config": None}
+_state: dict[str, Any] = {"config": None, "log_format": "console"}
 
 
 def _version(value: bool) -> None:
@@ -45,15 +49,53 @@ def main_options(
                                  help="Print the version and exit."),
 ) -> None:
     _state["config"] = config
+    _state["log_format"] = "console"  # until settings say otherwise
 
 
 def _settings(overrides: dict[str, Any] | None = None) -> Any:
-    from gliding.cli.logs import configure_logging
+    from gliding.cli import logs
     from gliding.config.loader import load_settings
 
     settings = load_settings(_state["config"], overrides=overrides or {})
-    configure_logging(settings.log_level, settings.log_format)
+    logs.configure_logging(settings.log_level, settings.log_format)
+    _state["log_format"] = settings.log_format
     return settings
+
+
+def _say(text: str, **data: Any) -> None:
+    """A line for the user on stderr (``gliding.cli.logs.say``, in the configured format)."""
+    from gliding.cli.logs import say
+
+    say(text, fmt=_state.get("log_format", "console"), **data)
+
+
+def _progress(quiet: bool) -> Any:
+    """The job's event callback: its progress line on stderr (a JSON event with the event's
+    data under ``log_format: json``); nothing when ``quiet``."""
+    from gliding.cli.render import progress_line
+
+    def show(event: Any) -> None:
+        line = None if quiet else progress_line(event)
+        if line:
+            _say(line, event="job.progress", kind=event.event, job=event.job, data=event.data)
+
+    return show
+
+
+def _bounded(option: str, value: float, low: float, high: float) -> None:
+    """Refuse a number option outside ``low``..``high`` (NaN and infinities included).
+
+    Raises:
+        UsageError: it is out of range.
+    """
+    from gliding.errors import UsageError
+
+    if not low <= value <= high:  # False for NaN too
+        def shown(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() else str(x)
+
+        raise UsageError(f"{option} must be from {shown(low)} to {shown(high)}, got {value}",
+                         hint=f"give {option} a number in that range")
 
 
 def _data_dir(data_dir: Path | None) -> dict[str, Any]:
@@ -62,12 +104,39 @@ def _data_dir(data_dir: Path | None) -> dict[str, Any]:
 
 
 def _fail(exc: Exception) -> None:
+    """End the command on ``exc``: one message on stderr and its exit code. An error that is
+    not a GlidingError (a group of them, an OSError, a bug) is first reduced to one
+    (``stop_error``); its traceback is logged at debug level only."""
     from gliding.errors import GlidingError
 
-    if isinstance(exc, GlidingError):
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(exc.exit_code)
-    raise exc
+    error: GlidingError | None = exc if isinstance(exc, GlidingError) else None
+    if error is None:
+        import structlog
+
+        from gliding.daemon.jobs import stop_error
+
+        structlog.get_logger("gliding.cli").debug("cli.failed", exc_info=exc)
+        error = stop_error(exc)
+        if error is None:
+            raise exc
+    _say(_clipped(f"error: {error}"), event="cli.error", level="error", code=error.code,
+         exit_code=error.exit_code, error=_clipped(error.message), hint=error.hint)
+    raise typer.Exit(error.exit_code)
+
+
+MAX_ERROR_LINES = 40
+MAX_ERROR_LINE = 1000
+
+
+def _clipped(text: str) -> str:
+    """An error message kept to MAX_ERROR_LINES lines of MAX_ERROR_LINE characters, whatever
+    produced it (the config loaders bound theirs already; this holds for every error)."""
+    lines = [line if len(line) <= MAX_ERROR_LINE else line[: MAX_ERROR_LINE - 3] + "..."
+             for line in text.splitlines()]
+    if len(lines) > MAX_ERROR_LINES:
+        more = len(lines) - MAX_ERROR_LINES + 1
+        lines = [*lines[: MAX_ERROR_LINES - 1], f"... and {more} more lines"]
+    return "\n".join(lines)
 
 
 @app.command()
@@ -81,30 +150,23 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
 ) -> None:
     """Run a task through the agent team and print the report."""
-    from gliding.errors import GlidingError
-
     try:
         import anyio
 
-        from gliding.cli.render import progress_line, report_dict, report_text
+        from gliding.cli.render import json_text, report_dict, report_text
         from gliding.config.task import load_task
         from gliding.daemon.compose import run_job
 
         settings = _settings(_data_dir(data_dir))
         spec = load_task(task)
-
-        def show(event: Any) -> None:
-            line = None if quiet else progress_line(event)
-            if line:
-                typer.echo(line, err=True)
-
+        show = _progress(quiet)
         handle = anyio.run(lambda: run_job(spec, settings, model=model, on_event=show))
-    except GlidingError as exc:
+    except Exception as exc:  # one message and an exit code, whatever stopped the job
         _fail(exc)
         return
     assert handle.report is not None  # a new job always has one
     data = report_dict(handle.report, archive=str(handle.archive), model=handle.model)
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if json_out else report_text(data))
+    typer.echo(json_text(data) if json_out else report_text(data))
     raise typer.Exit(0 if handle.report.outcome == "success" else 1)
 
 
@@ -117,25 +179,18 @@ def resume(
 ) -> None:
     """Continue an interrupted job from its last journaled step (archived model turns and
     tool results are replayed, not paid for or run again)."""
-    from gliding.errors import GlidingError
-
     try:
         import anyio
 
-        from gliding.cli.render import progress_line, report_dict, report_text
+        from gliding.cli.render import json_text, report_dict, report_text
         from gliding.core.iri import job_iri
         from gliding.daemon.compose import resume_job
 
         settings = _settings(_data_dir(data_dir))
         job_iri(job)  # a bad job id is exit 2 before anything is opened
-
-        def show(event: Any) -> None:
-            line = None if quiet else progress_line(event)
-            if line:
-                typer.echo(line, err=True)
-
+        show = _progress(quiet)
         handle = anyio.run(lambda: resume_job(job, settings, on_event=show))
-    except GlidingError as exc:
+    except Exception as exc:  # one message and an exit code, whatever stopped the job
         _fail(exc)
         return
     if handle.report is None:
@@ -144,7 +199,7 @@ def resume(
                    f"job {job} already finished: {handle.finished_before}; nothing to resume")
         raise typer.Exit(0)
     data = report_dict(handle.report, archive=str(handle.archive), model=handle.model)
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if json_out else report_text(data))
+    typer.echo(json_text(data) if json_out else report_text(data))
     raise typer.Exit(0 if handle.report.outcome == "success" else 1)
 
 
@@ -165,14 +220,41 @@ def jobs(
     except GlidingError as exc:
         _fail(exc)
         return
+    from gliding.cli.logs import terminal_safe
+    from gliding.cli.render import json_text
+
     if not found:
-        typer.echo(f"no jobs in {settings.data_dir}", err=True)
+        _say(f"no jobs in {settings.data_dir}")
     for info in found:
         if json_out:
-            typer.echo(json.dumps(vars(info), ensure_ascii=False))
+            typer.echo(json_text(vars(info), indent=None))
         else:
             resumed = f"  (resumed {info.resumes}×)" if info.resumes else ""
-            typer.echo(f"{info.job}  {info.status:<15} {info.goal[:60]}{resumed}")
+            stopped = f"  stopped by: {info.stopped_by}" if info.stopped_by else ""
+            typer.echo(terminal_safe(f"{info.job}  {info.status:<15} {info.goal[:60]}{resumed}"
+                                     f"{stopped}"))
+
+
+@app.command("mcp")
+def mcp_command(
+    data_dir: Path | None = typer.Option(None, "--data-dir",
+                                         help="Where job archives and the blackboard are."),
+    transport: str = typer.Option("stdio", "--transport",
+                                  help="stdio, or http: streamable HTTP on 127.0.0.1."),
+    port: int = typer.Option(8000, "--port", help="The HTTP port (--transport http)."),
+) -> None:
+    """Serve Gliding to MCP clients (Claude Code, IDEs): run_job, submit_job, job_status,
+    list_jobs, read_iri, recall and knowledge_query (docs/mcp.md)."""
+    from gliding.errors import GlidingError
+
+    try:
+        from gliding.mcp.server import serve
+
+        settings = _settings(_data_dir(data_dir))
+        serve(settings, transport=transport, port=port,
+              announce=lambda url: typer.echo(f"gliding mcp: serving at {url}", err=True))
+    except GlidingError as exc:
+        _fail(exc)
 
 
 @config_app.command("show")
@@ -224,8 +306,10 @@ def memory_show(
 def memory_query(
     sparql: str = typer.Argument(..., help="A read-only SPARQL query (SELECT, ASK, CONSTRUCT)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Where the blackboard is."),
-    limit: int = typer.Option(100, "--limit", help="Most rows (a LIMIT is added or capped)."),
-    timeout_s: float = typer.Option(10.0, "--timeout", help="Seconds before the query stops."),
+    limit: int = typer.Option(100, "--limit", help="Most rows, 1 to 100000 (a LIMIT is added "
+                              "or capped)."),
+    timeout_s: float = typer.Option(10.0, "--timeout", help="Seconds before the query stops "
+                                    "(0.001 to 3600)."),
 ) -> None:
     """Query the blackboard (L2) of a data directory; rows print as JSON lines."""
     from gliding.errors import GlidingError
@@ -233,8 +317,11 @@ def memory_query(
     try:
         from gliding.memory.blackboard import check_read_only_query
 
+        settings = _settings(_data_dir(data_dir))
+        _bounded("--limit", limit, 1, 100_000)
+        _bounded("--timeout", timeout_s, 0.001, 3600)
         checked = check_read_only_query(sparql, max_limit=limit)
-        board = _open_board(data_dir)
+        board = _open_board(data_dir, settings)
         try:
             rows = board.query(checked.text, timeout_s=timeout_s)
         finally:
@@ -242,15 +329,17 @@ def memory_query(
     except GlidingError as exc:
         _fail(exc)
         return
+    from gliding.cli.render import json_text
+
     for row in rows:
-        typer.echo(json.dumps(row, default=_plain, ensure_ascii=False))
+        typer.echo(json_text(row, indent=None, default=_plain))
 
 
 @memory_app.command("search")
 def memory_search(
     text: str = typer.Argument(..., help="Words to look for."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Where the blackboard is."),
-    k: int = typer.Option(10, "--top", "-k", help="How many nodes to show."),
+    k: int = typer.Option(10, "--top", "-k", help="How many nodes to show (1 to 1000)."),
 ) -> None:
     """Search the blackboard's nodes (plans, steps, checks, decisions, artifacts) by text."""
     from gliding.errors import GlidingError
@@ -258,7 +347,9 @@ def memory_search(
     try:
         from gliding.memory.search import search_nodes
 
-        board = _open_board(data_dir)
+        settings = _settings(_data_dir(data_dir))
+        _bounded("--top", k, 1, 1000)
+        board = _open_board(data_dir, settings)
         try:
             hits = search_nodes(board, text, k=k)
         finally:
@@ -266,10 +357,13 @@ def memory_search(
     except GlidingError as exc:
         _fail(exc)
         return
+    from gliding.cli.logs import terminal_safe
+
     if not hits:
-        typer.echo("no node matches", err=True)
+        _say("no node matches")
     for hit in hits:
-        typer.echo(f"{hit.score:7.3f}  {hit.type:<11} {hit.iri}\n         {hit.text}")
+        typer.echo(terminal_safe(f"{hit.score:7.3f}  {hit.type:<11} {hit.iri}") + "\n         "
+                   + terminal_safe(hit.text))
 
 
 @memory_app.command("recall")
@@ -277,7 +371,8 @@ def memory_recall(
     text: str = typer.Argument(..., help="What to remember, e.g. a question."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Where the blackboard is."),
     budget: int | None = typer.Option(None, "--budget", "-b",
-                                      help="Tokens (default memory.recall.budget_tokens)."),
+                                      help="Tokens, 1 to 1000000 (default "
+                                      "memory.recall.budget_tokens)."),
     no_vectors: bool = typer.Option(False, "--no-vectors",
                                     help="Words and graph only (no embedding model)."),
 ) -> None:
@@ -296,6 +391,8 @@ def memory_recall(
         if no_vectors:
             overrides["memory.vectors.enabled"] = False
         settings = _settings(overrides)
+        if budget is not None:
+            _bounded("--budget", budget, 1, 1_000_000)
         board = _open_board(data_dir, settings)
         try:
             knowledge = open_knowledge(board, settings,
@@ -309,11 +406,14 @@ def memory_recall(
     except GlidingError as exc:
         _fail(exc)
         return
+    from gliding.cli.logs import terminal_safe
+
     if not packed.ids:
-        typer.echo("nothing recalled", err=True)
+        _say("nothing recalled")
         return
-    typer.echo(packed.text)
-    typer.echo(f"[{len(packed.ids)} items, {packed.tokens} tokens]", err=True)
+    typer.echo(terminal_safe(packed.text, one_line=False))
+    _say(f"[{len(packed.ids)} items, {packed.tokens} tokens]", items=len(packed.ids),
+         tokens=packed.tokens)
 
 
 @memory_app.command("graph")
@@ -384,7 +484,7 @@ def bench_context(
 
         settings = _settings()
         result = run_bench(trajectories, settings=settings.context,
-                           progress=lambda line: typer.echo(line, err=True),
+                           progress=lambda line: _say(line, event="bench.progress"),
                            dump_prompts=dump_prompts)
         text = json.dumps(result, indent=2)
         if out:
@@ -415,7 +515,7 @@ def bench_prefetch(
 
         settings = _settings()
         result = run_prefetch_bench(trajectories, settings=settings.context,
-                                    progress=lambda line: typer.echo(line, err=True))
+                                    progress=lambda line: _say(line, event="bench.progress"))
     except GlidingError as exc:
         _fail(exc)
         return

@@ -1,17 +1,39 @@
-"""How a job looks on the terminal: one progress line per event, the final report, and its JSON."""
+"""How a job looks on the terminal: one progress line per event, the final report, and its JSON.
+
+Much of what is shown was written by a model (turn summaries, plans, AA's report, check
+evidence quoting a file, paths). None of it reaches the terminal raw: a progress line and each
+line of the report are made one line with control characters escaped (``terminal_safe``), so
+model text cannot send escape sequences or start a line that passes for the report's own
+(``Outcome: SUCCESS``). ``json_text`` escapes what JSON itself would leave raw.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 from gliding.bus.messages import JobEvent
+from gliding.cli.logs import terminal_safe
 from gliding.scheduler.report import JobReport
+from gliding.tools.sandbox import UNPROTECTED
 
 
 def progress_line(event: JobEvent) -> str | None:
+    """The line shown for ``event`` (one line, control characters escaped), or None."""
+    line = _progress_line(event)
+    return None if line is None else terminal_safe(line)
+
+
+def _progress_line(event: JobEvent) -> str | None:
     d = event.data
     if event.event == "job.started":
         return f"job {event.job}: pipeline {' → '.join(d['pipeline'])} ({d['kind']}: {d['reason']})"
+    if event.event == "job.sandbox":
+        if event.data.get("confined"):
+            return f"job {event.job}: {event.data['line']}"
+        return f"job {event.job}: WARNING {UNPROTECTED}"
     if event.event == "job.workspace_changed":
         return (f"job {event.job}: the workspace changed since the job last recorded it; "
                 "the agents go on with it as it is now")
@@ -60,6 +82,7 @@ def report_dict(report: JobReport, *, archive: str, model: str) -> dict[str, Any
                   "cached_tokens": report.total.cached_tokens,
                   "cost_usd": report.total.cost_usd},
         "artifacts": [{"path": p, "iri": i} for p, i in report.artifacts],
+        "skipped_artifacts": [{"path": p, "why": why} for p, why in report.skipped_artifacts],
         "turns": [{"role": t.role, "turn": t.turn, "summary": t.summary, "iri": t.iri}
                   for t in report.turns],
         "context": {
@@ -140,5 +163,20 @@ def report_text(d: dict[str, Any]) -> str:
     if d["artifacts"]:
         lines.append("Artifacts:")
         lines += [f"  {a['path']}  {a['iri']}" for a in d["artifacts"]]
+    if d.get("skipped_artifacts"):
+        lines.append("Not archived:")
+        lines += [f"  {a['path']}  {a['why']}" for a in d["skipped_artifacts"]]
     lines.append(f"Archive: {d['archive']}  (read back: gliding memory show IRI)")
-    return "\n".join(lines)
+    return "\n".join(terminal_safe(line) for line in lines)
+
+
+# What json.dumps(ensure_ascii=False) leaves raw although a terminal acts on it: DEL, the C1
+# controls and the characters that reorder or break lines.
+_JSON_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def json_text(data: Any, *, indent: int | None = 2,
+              default: Callable[[Any], Any] | None = None) -> str:
+    """``data`` as JSON for the terminal: readable Unicode, every control character escaped."""
+    text = json.dumps(data, indent=indent, ensure_ascii=False, default=default)
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

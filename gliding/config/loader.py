@@ -29,11 +29,15 @@ from pydantic import BaseModel, ValidationError
 
 from gliding.config.settings import Settings
 from gliding.config.yamlsource import (
+    MAX_PROBLEMS,
+    USER_FILE_MAX_BYTES,
+    bounded_problems,
     describe_validation_error,
     error_message,
     format_key_path,
     load_yaml_with_lines,
     read_yaml_text,
+    shown,
 )
 from gliding.errors import ConfigError
 
@@ -64,9 +68,10 @@ def load_settings(
     optional key to null), except that a string for a tuple key is split at commas.
 
     Raises:
-        ConfigError: the config file is missing (when named), unreadable, not YAML or not a
-            mapping; or a key is unknown or a value invalid in any layer. The message names
-            the file and line, the environment variable, or the override key.
+        ConfigError: the config file is missing (when named), unreadable, larger than 256 KiB,
+            not YAML or not a mapping; or a key is unknown or a value invalid in any layer. The
+            message names the file and line, the environment variable, or the override key,
+            and lists at most 20 problems.
     """
     environ: Mapping[str, str] = os.environ if env is None else env
     data: dict[str, Any] = {}
@@ -82,7 +87,8 @@ def load_settings(
     entries = []
     for key, raw in (overrides or {}).items():
         keys, annotation = _resolve(key.split("."), f"override {key}")
-        entries.append((f"override {key}={raw!r}", keys, _anchor(keys, _coerce(annotation, raw))))
+        entries.append((f"override {key}={shown(raw)}", keys,
+                        _anchor(keys, _coerce(annotation, raw))))
         _set(data, keys, entries[-1][2])
     settings = _validate(data, entries)
 
@@ -139,7 +145,8 @@ def _config_path(path: Path | None, environ: Mapping[str, str]) -> Path | None:
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     source = str(path)
-    text = read_yaml_text(path, what="config file", error=ConfigError)
+    text = read_yaml_text(path, what="config file", error=ConfigError,
+                          max_bytes=USER_FILE_MAX_BYTES)
     data, lines = load_yaml_with_lines(text, source, error=ConfigError)
     if data is None:
         return {}
@@ -183,7 +190,8 @@ def _env_entries(environ: Mapping[str, str]) -> list[tuple[str, KeyPath, Any]]:
         claimed[keys] = name
         raw = environ[name]
         value = None if raw == "" and _optional(annotation) else _coerce(annotation, raw)
-        entries.append((f"environment variable {name}={raw!r}", keys, _anchor(keys, value)))
+        entries.append((f"environment variable {name}={shown(raw)}", keys,
+                        _anchor(keys, value)))
     return entries
 
 
@@ -192,14 +200,15 @@ def _validate(data: dict[str, Any], labelled: list[tuple[str, KeyPath, Any]]) ->
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
+        errors = exc.errors(include_url=False)
         problems = []
-        for err in exc.errors(include_url=False):
+        for err in errors[:MAX_PROBLEMS]:
             loc = tuple(str(part) for part in err["loc"])
             label = next(
                 (text for text, keys, _ in labelled if loc[: len(keys)] == keys), "settings"
             )
             problems.append(f"{label}: {format_key_path(loc)}: {error_message(err, Settings)}")
-        raise ConfigError("\n".join(problems), hint=_HINT) from exc
+        raise ConfigError(bounded_problems(problems, len(errors)), hint=_HINT) from exc
 
 
 # --- keys and values ----------------------------------------------------------------------------
@@ -268,7 +277,8 @@ def _anchor(keys: KeyPath, value: Any, base: Path | None = None) -> Any:
     try:
         path = Path(value).expanduser()
     except RuntimeError as exc:  # ~user that does not exist
-        raise ConfigError(f"data_dir: cannot expand {str(value)!r}: {exc}", hint=_HINT) from exc
+        raise ConfigError(f"data_dir: cannot expand {shown(str(value))}: {exc}",
+                          hint=_HINT) from exc
     return str(path if path.is_absolute() else ((base or Path.cwd()) / path).resolve())
 
 

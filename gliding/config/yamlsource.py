@@ -3,20 +3,27 @@
 Owns the three steps every user-written YAML file (task files, config.yaml) goes through:
 
 - ``read_yaml_text``: the file's text, or an error naming the file (missing, a directory, not
-  UTF-8, unreadable);
+  UTF-8, unreadable, larger than its limit: ``USER_FILE_MAX_BYTES`` for task and config files);
 - ``load_yaml_with_lines``: the data (PyYAML's ``SafeLoader``) plus a map from key path, e.g.
   ``("budgets", "turns", "DA")`` or ``("checks", 1, "path")``, to the 1-based line of that key or
-  item; duplicate keys are refused, naming the key and both lines;
+  item; duplicate keys are refused, naming the key and both lines; so is a document that would
+  expand to more than ``MAX_YAML_NODES`` values with its aliases counted each time they are used
+  (an "alias bomb" of a few hundred bytes otherwise becomes millions of values to validate);
 - ``describe_validation_error``: a pydantic ``ValidationError`` as one line per problem,
   ``<source>:<line>: <field>: <message>``, the line being the closest one known for the field
   (``error_message`` words a single error, for sources without lines such as environment
-  variables).
+  variables); at most ``MAX_PROBLEMS`` lines, then how many more there are.
+
+Whatever a file holds, an error message stays short: values and keys are shown clipped
+(``shown``, ``format_key_path``), so no message grows with the file.
 
 The caller picks the error class (``TaskFileError``, ``ConfigError``); nothing here writes.
 """
 
 from __future__ import annotations
 
+import os
+import reprlib
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -37,6 +44,19 @@ LineMap = dict[KeyPath, int]
 
 ErrorFactory = Callable[[str], UsageError]
 
+MAX_YAML_BYTES = 1 << 20
+"""The largest YAML file read unless the caller says less (1 MiB); a larger one is refused
+unread. Task and config files say 256 KiB (``USER_FILE_MAX_BYTES``): PyYAML's pure-Python
+parser takes about 6 s a MiB, and such files are a few hundred bytes."""
+USER_FILE_MAX_BYTES = 256 << 10
+MAX_YAML_NODES = 100_000
+"""Values (scalars, lists, mappings) a document may expand to, an alias counted each time it is
+used; a hand-written file has a few hundred."""
+MAX_PROBLEMS = 20
+"""Validation problems listed in one message; the rest are counted."""
+MAX_SHOWN = 60
+"""Characters of a value or key quoted in an error message, at most."""
+
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _TAG_PREFIX = "tag:yaml.org,2002:"
 
@@ -47,22 +67,35 @@ _SCALAR_ERRORS = (ValueError, TypeError, AttributeError, KeyError, OverflowError
 _SELF_EXPLAINING = {"missing", "extra_forbidden", "value_error", "assertion_error", "invalid"}
 
 
-def read_yaml_text(path: Path, *, what: str, error: ErrorFactory) -> str:
+def read_yaml_text(path: Path, *, what: str, error: ErrorFactory,
+                   max_bytes: int = MAX_YAML_BYTES) -> str:
     """Return the text of ``path``; ``what`` ("task file", "config file") names it in errors.
 
+    At most ``max_bytes`` are read: a larger file (or an endless one, such as a FIFO or
+    ``/dev/zero``) is refused without reading the rest.
+
     Raises:
-        the ``error`` class given: the file is missing, is a directory, cannot be read, or is
-        not UTF-8 text (the message gives the line of the first bad byte).
+        the ``error`` class given: the file is missing, is a directory, cannot be read, is
+        larger than ``max_bytes``, or is not UTF-8 text (the message gives the line of the
+        first bad byte).
     """
     source = str(path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            raw = handle.read(max_bytes + 1) if size <= max_bytes else b""
     except FileNotFoundError as exc:
         raise error(f"{source}: {what} not found") from exc
     except IsADirectoryError as exc:
         raise error(f"{source}: is a directory, not a {what}") from exc
     except OSError as exc:
         raise error(f"{source}: cannot read the {what}: {exc.strerror or exc}") from exc
+    if size > max_bytes or len(raw) > max_bytes:
+        found = f"{size} bytes" if size > max_bytes else f"more than {max_bytes} bytes"
+        raise error(
+            f"{source}: the {what} is too large ({found}); a {what} may be at most "
+            f"{_size(max_bytes)} ({max_bytes} bytes)"
+        )
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -71,6 +104,12 @@ def read_yaml_text(path: Path, *, what: str, error: ErrorFactory) -> str:
         raise error(
             f"{source}:{line}: the {what} is not UTF-8 text (byte 0x{bad} at offset {exc.start})"
         ) from exc
+
+
+def _size(n: int) -> str:
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20} MiB"
+    return f"{n >> 10} KiB" if n >= 1 << 10 and n % (1 << 10) == 0 else f"{n} bytes"
 
 
 def load_yaml_with_lines(
@@ -85,7 +124,9 @@ def load_yaml_with_lines(
 
     Raises:
         the ``error`` class given, its message ``<source>:<line>:<column>: ...``, for YAML
-        syntax errors, several documents, tags SafeLoader refuses, and duplicate keys.
+        syntax errors, several documents, tags SafeLoader refuses, duplicate keys, an alias
+        inside what it names, and a document that expands to more than ``MAX_YAML_NODES``
+        values (the line is that of the smallest part that does).
     """
     try:
         loader = yaml.SafeLoader(text)  # checks every character up front
@@ -93,6 +134,7 @@ def load_yaml_with_lines(
             node = loader.get_single_node()
             if node is None:
                 return None, {}
+            _check_expansion(node, source, error)  # before anything is built from it
             lines: LineMap = {(): node.start_mark.line + 1}
             _walk(node, (), lines, yaml.constructor.SafeConstructor(), set(), source, error)
             data = loader.construct_document(node)
@@ -118,14 +160,36 @@ def load_yaml_with_lines(
 
 
 def format_key_path(path: Iterable[Any]) -> str:
-    """``("checks", 1, "path")`` -> ``checks[1].path``; the empty path is ``(top level)``."""
+    """``("checks", 1, "path")`` -> ``checks[1].path``; the empty path is ``(top level)``.
+    A long key is clipped (``clip``)."""
     out = ""
     for part in path:
         if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            name = clip(str(part) if isinstance(part, str) else shown(part))
+            out += f".{name}" if out else name
     return out or "(top level)"
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxlist, _REPR.maxtuple, _REPR.maxset = 2, 4, 6, 6, 6
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = MAX_SHOWN, MAX_SHOWN, MAX_SHOWN
+
+
+def shown(value: Any, limit: int = MAX_SHOWN) -> str:
+    """``repr(value)`` for an error message, at most ``limit`` characters: a huge or deeply
+    nested value is never rendered whole (``reprlib`` stops early), then clipped."""
+    try:
+        text = _REPR.repr(value)
+    except (ValueError, RecursionError):  # an int past Python's digit limit, a cycle
+        text = f"<{type(value).__name__}>"
+    return clip(text, limit)
+
+
+def clip(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked ``...``."""
+    return text if len(text) <= limit else text[: max(limit - 3, 1)] + "..."
 
 
 def line_for(path: KeyPath, lines: LineMap) -> int:
@@ -150,14 +214,22 @@ def describe_validation_error(
     are allowed there; a model may name its keys with a class attribute ``unknown_key_noun``
     (e.g. ``"role"``) so the message reads ``unknown role 'QA' (roles: PA, DA, CA, AA)``.
     """
-    rows: list[tuple[int, str]] = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        line = line_for(loc, lines)
-        text = f"{source}:{line}: {format_key_path(loc)}: {error_message(err, model)}"
-        rows.append((line, text))
-    rows.sort(key=lambda row: row[0])
-    return "\n".join(text for _, text in rows)
+    errors = exc.errors(include_url=False)
+    placed = sorted(((line_for(tuple(err["loc"]), lines), index) for index, err in
+                     enumerate(errors)))
+    rows = [f"{source}:{line}: {format_key_path(errors[index]['loc'])}: "
+            f"{error_message(errors[index], model)}" for line, index in placed[:MAX_PROBLEMS]]
+    return bounded_problems(rows, len(errors))
+
+
+def bounded_problems(rows: list[str], total: int) -> str:
+    """The first ``MAX_PROBLEMS`` of ``rows``, one a line, then ``... and N more problems``
+    when ``total`` is more."""
+    shown_rows = rows[:MAX_PROBLEMS]
+    if total > len(shown_rows):
+        more = total - len(shown_rows)
+        shown_rows.append(f"... and {more} more problem{'s' if more != 1 else ''}")
+    return "\n".join(shown_rows)
 
 
 def _walk(
@@ -189,7 +261,8 @@ def _walk(
                 continue  # SafeLoader itself refuses unhashable keys, with their position
             line = key_node.start_mark.line + 1
             if key in first_line:
-                name = f"{format_key_path(path)}.{key}" if path else str(key)
+                name = clip(str(key))
+                name = f"{format_key_path(path)}.{name}" if path else name
                 raise error(
                     f"{source}:{line}: duplicate key {name}: "
                     f"first at line {first_line[key]}, again at line {line}"
@@ -197,6 +270,51 @@ def _walk(
             first_line[key] = line
             lines[(*path, key)] = line
             _walk(value_node, (*path, key), lines, keys, seen, source, error)
+
+
+def _check_expansion(root: yaml.Node, source: str, error: ErrorFactory) -> None:
+    """Refuse a document whose values, aliases expanded, number more than MAX_YAML_NODES, or
+    whose alias stands inside the very node it names (a cycle).
+
+    Counts each node once (memoised, iteratively), so the check itself costs no more than the
+    node graph the parser already built, however far the aliases would expand.
+    """
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            on_path.discard(key)
+            total = 1 + sum(size[id(child)] for child in _children(node))
+            size[key] = min(total, MAX_YAML_NODES + 1)
+            if total > MAX_YAML_NODES:
+                mark = node.start_mark
+                raise error(
+                    f"{source}:{mark.line + 1}:{mark.column + 1}: invalid YAML: the document "
+                    f"expands to more than {MAX_YAML_NODES} values (an alias counts as "
+                    "everything it names, each time it is used); write the values out, or "
+                    "use fewer aliases"
+                )
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            mark = node.start_mark
+            raise error(f"{source}:{mark.line + 1}:{mark.column + 1}: invalid YAML: an alias "
+                        "refers to a node it stands inside (a recursive structure)")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in size)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    return []
 
 
 def _bad_scalar_message(root: yaml.Node, source: str, exc: Exception) -> str:
@@ -216,19 +334,19 @@ def _bad_scalar_message(root: yaml.Node, source: str, exc: Exception) -> str:
                 tag = node.tag.replace(_TAG_PREFIX, "!!")
                 return (
                     f"{source}:{mark.line + 1}:{mark.column + 1}: invalid YAML: "
-                    f"{node.value!r} is not a valid {tag}"
+                    f"{shown(node.value)} is not a valid {clip(tag)}"
                 )
         elif isinstance(node, yaml.SequenceNode):
             stack.extend(reversed(node.value))
         elif isinstance(node, yaml.MappingNode):
             stack.extend(child for pair in reversed(node.value) for child in reversed(pair))
-    return f"{source}: invalid YAML: {exc}"
+    return f"{source}: invalid YAML: {clip(str(exc), 200)}"
 
 
 def _marked_message(exc: yaml.MarkedYAMLError, source: str) -> str:
     mark = exc.problem_mark or exc.context_mark
     where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-    problem = exc.problem or exc.context or "not valid YAML"
+    problem = clip(exc.problem or exc.context or "not valid YAML", 200)
     detail = f" ({exc.context} at line {exc.context_mark.line + 1})" if (
         exc.context and exc.problem and exc.context_mark
     ) else ""
@@ -247,16 +365,14 @@ def error_message(err: ErrorDetails, model: type[BaseModel] | None = None) -> st
             return "unknown field"
         noun = getattr(owner, "unknown_key_noun", "field")
         allowed = ", ".join(owner.model_fields)
-        return f"unknown {noun} {loc[-1]!r} ({noun}s: {allowed})"
+        return f"unknown {noun} {shown(loc[-1])} ({noun}s: {allowed})"
     message = err["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         message = message.removeprefix(prefix)
+    message = clip(message, 300)  # our own messages quote values clipped; this is a backstop
     value = err.get("input")
     if kind not in _SELF_EXPLAINING and (value is None or isinstance(value, str | int | float)):
-        shown = repr(value)
-        if len(shown) > 60:
-            shown = shown[:57] + "..."
-        message = f"{message}, got {shown}"
+        message = f"{message}, got {shown(value)}"
     return message
 
 

@@ -5,15 +5,27 @@ worker, ingestion, the tool groups and the supervisor's runner; run it, or resum
 transition (turns and tool results already archived are replayed, not paid or run again).
 Both use the process's ``Runtime`` when given one (a daemon running many jobs), else open one
 for the job.
+
+Before anything of a job is written its workspace is checked (``workspace_refusal``, and that
+it can be written) and locked (``WorkspaceLock``). Whatever stops a job from outside its agents
+comes out as one GlidingError with the stop recorded (``jobs.stop_error``, ``record_stop``).
+The files DA wrote are archived at the end without following a symlink and within
+MAX_ARTIFACT_BYTES / MAX_ARTIFACTS_BYTES; the others are named in the report. (Past 400 lines:
+setup, resume and the end of a job share these helpers; splitting them would scatter one
+job's lifecycle over modules.)
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
+import stat
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -25,15 +37,21 @@ from gliding.bus import topics
 from gliding.bus.inproc import InProcessBus
 from gliding.bus.messages import Assignment, CheckReportMsg, JobEvent
 from gliding.config.settings import Settings
-from gliding.config.task import Task, task_from_record, task_record
+from gliding.config.task import (
+    WORKSPACE_HINT,
+    Task,
+    task_from_record,
+    task_record,
+    workspace_refusal,
+)
 from gliding.core.budget import BudgetTracker, Limits
 from gliding.core.clock import Clock, SystemClock
 from gliding.core.ids import new_job_id
 from gliding.core.iri import record_iri
 from gliding.core.messages import Usage
-from gliding.daemon.jobs import FINISHED, JobLock
+from gliding.daemon.jobs import FINISHED, JobLock, WorkspaceLock, record_stop, stop_error
 from gliding.daemon.runtime import Runtime
-from gliding.errors import ArchiveError, GlidingError, UsageError
+from gliding.errors import ArchiveError, TaskFileError, UsageError
 from gliding.llm.port import LLM, backend_kind
 from gliding.memory.archive import Archive, archive_path
 from gliding.memory.archive_port import LocalArchive
@@ -46,13 +64,19 @@ from gliding.scheduler.runner import JobRunner, Verifier
 from gliding.scheduler.supervisor import Command, SupervisorState, Verify
 from gliding.tools.base import ToolContext
 from gliding.tools.checks import ChecksGroup
-from gliding.tools.groups import job_groups
+from gliding.tools.groups import GROUP_NAMES, job_groups, known_group
+from gliding.tools.sandbox import Sandbox
 from gliding.tools.snapshot import MAX_FILES, Snapshot, snapshot
 from gliding.tools.snapshot import mark as workspace_mark
+
+if TYPE_CHECKING:
+    from gliding.mcp.client import MCPGroup
 
 log = structlog.get_logger("gliding.daemon")
 
 INGEST_DRAIN_S = 30.0  # how long a finished job waits for ingestion to catch up
+MAX_ARTIFACT_BYTES = 16 << 20  # a written file larger than this is not archived (noted)
+MAX_ARTIFACTS_BYTES = 64 << 20  # all of a job's archived files together, at most
 
 
 def build_llm(model: str, settings: Settings) -> LLM:
@@ -97,19 +121,31 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
 
     Raises:
         UsageError: the model string or replies file is unusable, or the workspace cannot be
-            created (nothing is written then). ArchiveError: the archive cannot be written
-            (the job stops; ``gliding resume`` may continue it).
+            created or written. TaskFileError: the workspace is one no job may have
+            (``workspace_refusal``). WorkspaceBusy: another job of the data directory works in
+            it. In these cases nothing of the job is written. ArchiveError: the archive cannot
+            be written, the disk is full (the job stops as ``interrupted``; ``gliding resume``
+            may continue it). GlidingError: any other error that stopped the job, as one
+            message (recorded the same way).
     """
     chosen = model or task.model or settings.llm.model
     backend = llm or build_llm(chosen, settings)
     roles = load_roles()
     clock = clock or SystemClock()
     job = job_id or new_job_id(clock.now())
-    with Archive.open(settings.data_dir, job) as archive:  # first: a bad data dir writes nothing
+    _check_workspace(task, settings, create=True)
+    sandbox = await _sandbox(job, task, settings, on_event)  # refused: nothing is written
+    _with_task_groups({}, task)  # an unknown tool group is refused before anything is written
+    fresh = not archive_path(settings.data_dir, job).exists()
+    with WorkspaceLock(settings.data_dir, task.workspace, job), \
+            Archive.open(settings.data_dir, job) as archive:  # a bad data dir writes nothing
         try:
             task.workspace.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UsageError(f"cannot create workspace {task.workspace}: {exc}") from exc
+            if fresh:
+                _discard(archive)
+            raise UsageError(f"cannot create workspace {task.workspace}: "
+                             f"{exc.strerror or exc}") from exc
         with JobLock(archive.path.parent):
             start = await anyio.to_thread.run_sync(snapshot, task.workspace, settings.data_dir)
             meta = (("task", str(task.source)), ("task_record", task_record(task)),
@@ -122,7 +158,8 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
             await anyio.to_thread.run_sync(_set_meta, archive, (  # all or nothing
                 *meta, ("pipeline", list(state.roles))))
             report = await _execute(_Job(task, settings, backend, roles, clock, archive, start,
-                                         on_event, runtime), state, commands, resumed=False)
+                                         on_event, runtime, sandbox), state, commands,
+                                    resumed=False)
     return JobHandle(report, archive_path(settings.data_dir, job), backend.name)
 
 
@@ -133,10 +170,13 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
 
     Raises:
         NotFoundError: the data directory has no such job. JobBusy: it runs elsewhere.
-        ArchiveError: its archive or journal is damaged. UsageError: its model is unusable.
+        WorkspaceBusy: another job works in its workspace. ArchiveError: its archive or
+        journal is damaged, or it cannot be written. UsageError: its model is unusable.
+        TaskFileError: its workspace is one no job may have. GlidingError: any other error
+        that stopped it (recorded as for ``run_job``).
     """
     clock = clock or SystemClock()
-    with Archive.open(settings.data_dir, job, create=False) as archive:
+    with Archive.open(settings.data_dir, job, create=False) as archive, ExitStack() as stack:
         with JobLock(archive.path.parent):
             status = str(archive.get_meta("status", "running"))
             model_spec = str(archive.get_meta("model_spec") or archive.get_meta("model") or "")
@@ -147,6 +187,10 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
                 raise ArchiveError(f"job {job} was stopped before it was set up",
                                    hint="nothing of it ran: run its task file again")
             task = task_from_record(record)
+            _check_workspace(task, settings, create=False)
+            workspace_lock = WorkspaceLock(settings.data_dir, task.workspace, job).acquire()
+            stack.callback(workspace_lock.release)
+            sandbox = await _sandbox(job, task, settings, on_event)
             backend = llm or build_llm(model_spec, settings)
             start: Snapshot = archive.get_meta("workspace_start") or {}
             entry = last_entry(archive)
@@ -161,13 +205,44 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
             changed = await anyio.to_thread.run_sync(_changed_since, archive, task.workspace,
                                                      settings.data_dir)
             await anyio.to_thread.run_sync(_set_meta, archive, (
-                ("resumes", int(archive.get_meta("resumes", 0)) + 1),
-                ("pipeline", list(state.roles))))
+                ("resumes", int(archive.get_meta("resumes", 0)) + 1), ("status", "running"),
+                ("stopped_by", ""), ("pipeline", list(state.roles))))
             run = _Job(task, settings, backend, load_roles(), clock, archive, start, on_event,
-                       runtime, workspace_changed=changed,
+                       runtime, sandbox, workspace_changed=changed,
                        journaled=entry.n if entry is not None else 0)
             report = await _execute(run, state, commands, resumed=entry is not None)
     return JobHandle(report, archive_path(settings.data_dir, job), backend.name)
+
+
+def _check_workspace(task: Task, settings: Settings, *, create: bool) -> None:
+    """Refuse a workspace no job may have, or one this process cannot write (or create, with
+    ``create``), before anything of the job is written.
+
+    Raises:
+        TaskFileError: ``workspace_refusal`` names a reason (symlinks followed now, not only
+            when the task file was read). UsageError: it (or, not there yet, the directory it
+            would be made in) is not writable.
+    """
+    real = Path(os.path.realpath(task.workspace))
+    refused = workspace_refusal(real, data_dir=Path(os.path.realpath(settings.data_dir)))
+    if refused:
+        raise TaskFileError(f"{task.source}: workspace: {task.workspace} is {real}, {refused}",
+                            hint=WORKSPACE_HINT)
+    existing = next((p for p in (real, *real.parents) if p.exists()), None)
+    if existing is None or (existing != real and not create):
+        return  # resume: a workspace deleted since is made again by the first tool that writes
+    if not existing.is_dir():
+        raise UsageError(f"cannot create workspace {real}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        message = (f"the workspace {real} is not writable" if existing == real else
+                   f"cannot create workspace {real}: {existing} is not writable")
+        raise UsageError(message, hint="give the job a workspace it can write to")
+
+
+def _discard(archive: Archive) -> None:
+    """Remove the new archive of a job that never started (nothing of it ran or was kept)."""
+    archive.close()
+    shutil.rmtree(archive.path.parent, ignore_errors=True)
 
 
 def _set_meta(archive: Archive, items: tuple[tuple[str, Any], ...]) -> None:
@@ -196,29 +271,27 @@ class _Job:
     start: Snapshot
     on_event: Callable[[JobEvent], None] | None
     runtime: Runtime | None
+    sandbox: Sandbox
     workspace_changed: bool = False
     journaled: int = 0  # journal entries an earlier run wrote (the next one is journaled + 1)
 
 
 async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
                    resumed: bool) -> JobReport:
-    """Run the job; a GlidingError from inside its task groups comes out as itself."""
+    """Run the job. Whatever stops it comes out as one GlidingError, its first real cause
+    (``stop_error``), after the stop is recorded in the archive (``record_stop``);
+    cancellation and KeyboardInterrupt go on as they are."""
     try:
         return await _execute_grouped(j, state, commands, resumed=resumed)
-    except BaseExceptionGroup as group:
-        first = _first_error(group)
-        if first is None:
+    except BaseException as exc:
+        error = stop_error(exc, state.job)
+        if error is None:
             raise
-        raise first from group
-
-
-def _first_error(group: BaseExceptionGroup[Any]) -> GlidingError | None:
-    for exc in group.exceptions:
-        if isinstance(exc, GlidingError):
-            return exc
-        if isinstance(exc, BaseExceptionGroup) and (inner := _first_error(exc)) is not None:
-            return inner
-    return None
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(record_stop, j.archive, error)
+        if error is exc:
+            raise
+        raise error from exc
 
 
 async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Command], *,
@@ -232,8 +305,12 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
             budget.record(call.role, Usage(call.prompt_tokens, call.completion_tokens,
                                            call.cached_tokens, call.cost_usd))
         checks = ChecksGroup(task.checks)
+        mcp = _mcp_groups(task, settings)
+        roles = _with_task_groups(_with_mcp(j.roles, mcp), task)
         tools = job_groups(checks=checks, reader=port, iri_base=f"gliding://job/{job}/",
-                           knowledge=rt.access())
+                           knowledge=rt.access(), web=settings.tools.web, mcp=mcp,
+                           asked=[g for r in roles.values()
+                                  for g in (*r.tool_groups, *r.tool_groups_on_demand)])
         ingest = None
         if rt.knowledge is not None and rt.projector is not None:
             ingestor = Ingestor(rt.knowledge.board, archive, job,
@@ -247,15 +324,16 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                 await ingest.caught_up(a)
             return await anyio.to_thread.run_sync(rt.briefing, a.role, job, task.goal)
 
-        kit = JobAgents(job=job, workspace=task.workspace, llm=j.llm, roles=j.roles, tools=tools,
+        kit = JobAgents(job=job, workspace=task.workspace, llm=j.llm, roles=roles, tools=tools,
                         checks=checks, archive=port, budget=budget, bus=bus, clock=j.clock,
                         settings=settings, counter=rt.counter,
                         briefing=briefing if rt.projector is not None else None,
-                        began_dir=_began_dir(archive))
+                        began_dir=_began_dir(archive), sandbox=j.sandbox)
         worker = AgentWorker(kit, state.roles)
 
         async def verify(command: Verify) -> CheckReportMsg:
-            results = await checks.run(ToolContext(task.workspace, settings.tools))
+            results = await checks.run(ToolContext(task.workspace, settings.tools,
+                                                   sandbox=j.sandbox))
             return CheckReportMsg(job=job, role=supervisor.RUNNER, cycle=command.cycle,
                                   attempt=command.attempt, results=results,
                                   passed=all(r.passed for r in results), verified_by="runner")
@@ -265,22 +343,78 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                                                                     settings.data_dir))
         started = j.clock.monotonic()
         await tools.open()  # the groups acquire what they own; closed however the job ends
+        for group in mcp:  # a server that did not start is news, not a failure
+            if group.unavailable is not None and j.on_event is not None:
+                j.on_event(JobEvent(job=job, event="mcp.server.unavailable",
+                                    data={"server": group.server_name,
+                                          "reason": group.unavailable}))
         try:
             final = await _drive(j, state, commands, resumed, bus, worker, ingest, journal,
                                  verify)
-        finally:
+        except BaseException:
             with anyio.CancelScope(shield=True):
-                await tools.aclose()
-                await bus.aclose()
+                await _close(job, tools, bus, quiet=True)  # the error in flight is the news
+            raise
+        with anyio.CancelScope(shield=True):
+            await _close(job, tools, bus, quiet=False)
     assert final.outcome is not None
-    artifacts = await anyio.to_thread.run_sync(_archive_artifacts, archive, task.workspace,
-                                               final.written)
+    artifacts, skipped = await anyio.to_thread.run_sync(_archive_artifacts, archive,
+                                                        task.workspace, final.written)
     await anyio.to_thread.run_sync(archive.set_meta, "status", final.outcome)
     checked = await anyio.to_thread.run_sync(_checked_files, task, j.start)
     return build_report(final, artifacts=artifacts, wall_s=j.clock.monotonic() - started,
-                        checked_files=checked,
+                        checked_files=checked, skipped_artifacts=skipped,
                         resumed=int(archive.get_meta("resumes", 0)),
                         workspace_changed=j.workspace_changed)
+
+
+def _mcp_groups(task: Task, settings: Settings) -> list[MCPGroup]:
+    """The job's MCP servers as tool groups, not yet open (docs/mcp.md); none declared: the
+    MCP SDK is not even imported."""
+    if not settings.mcp.servers and not task.mcp_servers:
+        return []
+    from gliding.mcp.client import mcp_groups
+
+    return mcp_groups(settings.mcp, task.mcp_servers, workspace=task.workspace,
+                      env_allow=settings.tools.env_allow)
+
+
+def _with_mcp(roles: dict[str, RoleSpec], groups: list[MCPGroup]) -> dict[str, RoleSpec]:
+    """``roles`` with each MCP group added to the roles its server names (``roles``), always
+    offered or, with ``on_demand``, loadable with tool_search."""
+    if not groups:
+        return roles
+    from gliding.mcp.client import role_groups
+
+    out: dict[str, RoleSpec] = {}
+    for name, spec in roles.items():
+        always, on_demand = role_groups(groups, name)
+        out[name] = dataclasses.replace(
+            spec, tool_groups=tuple(dict.fromkeys((*spec.tool_groups, *always))),
+            tool_groups_on_demand=tuple(dict.fromkeys((*spec.tool_groups_on_demand,
+                                                       *on_demand))))
+    return out
+
+
+def _with_task_groups(roles: dict[str, RoleSpec], task: Task) -> dict[str, RoleSpec]:
+    """``roles`` with the tool groups the task file gives them (``tool_groups``).
+
+    Raises:
+        TaskFileError: a group no role may name.
+    """
+    out = dict(roles)
+    for name, groups in task.tool_groups.items():
+        unknown = [g for g in groups if not known_group(g)]
+        if unknown:
+            raise TaskFileError(
+                f"{task.source}: tool_groups.{name}: unknown tool group "
+                f"{', '.join(repr(g) for g in unknown)}",
+                hint=f"tool groups: {', '.join(GROUP_NAMES)}, or mcp_<server> (docs/mcp.md)")
+        if name in out:
+            spec = out[name]
+            out[name] = dataclasses.replace(
+                spec, tool_groups=tuple(dict.fromkeys((*spec.tool_groups, *groups))))
+    return out
 
 
 async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resumed: bool,
@@ -317,6 +451,22 @@ async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resum
     return final
 
 
+async def _close(job: str, tools: Any, bus: InProcessBus, *, quiet: bool) -> None:
+    """Close the tool groups, then the bus, each even when the other fails. ``quiet``: an
+    error is on its way out already, so a failure here is logged, not raised over it."""
+    first: BaseException | None = None
+    for close in (tools.aclose, bus.aclose):
+        try:
+            await close()
+        except Exception as exc:
+            if quiet:
+                log.warning("job.close.failed", job=job, error=str(exc)[:300])
+            elif first is None:
+                first = exc
+    if first is not None:
+        raise first
+
+
 @asynccontextmanager
 async def _runtime(given: Runtime | None, settings: Settings) -> AsyncIterator[Runtime]:
     if given is not None:
@@ -324,6 +474,22 @@ async def _runtime(given: Runtime | None, settings: Settings) -> AsyncIterator[R
         return
     async with Runtime.open(settings) as runtime:
         yield runtime
+
+
+async def _sandbox(job: str, task: Task, settings: Settings,
+                   on_event: Callable[[JobEvent], None] | None) -> Sandbox:
+    """The sandbox of the job's commands, after checking it can run (the data directory is
+    hidden from them); the first event says what confines them.
+
+    Raises:
+        SandboxError: bubblewrap cannot run here and tools.sandbox is not off.
+    """
+    sandbox = Sandbox.of(settings.tools, network=task.network, hidden=(settings.data_dir,))
+    await anyio.to_thread.run_sync(sandbox.require)
+    if on_event is not None:
+        on_event(JobEvent(job=job, event="job.sandbox",
+                          data={"confined": sandbox.confined, "line": sandbox.describe()}))
+    return sandbox
 
 
 def _began_dir(archive: Archive) -> Path:
@@ -387,24 +553,82 @@ def _changed_since(archive: Archive, workspace: Path, data_dir: Path) -> bool:
     return changed
 
 
-def _archive_artifacts(archive: Archive, workspace: Path,
-                       written: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    out = []
+def _archive_artifacts(archive: Archive, workspace: Path, written: dict[str, str]
+                       ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """Archive the files the job wrote; ``(archived (path, IRI), skipped (path, why))``.
+
+    Never follows a symlink (neither the file nor a directory above it may be one that leads
+    out of the workspace), reads only regular files, none larger than MAX_ARTIFACT_BYTES and
+    not more than MAX_ARTIFACTS_BYTES in all. A file that cannot be archived is skipped with
+    the reason, never an error: the job's outcome is recorded whatever its files are.
+    """
+    out: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
+    root = os.path.realpath(workspace)
+    total = 0
     for path in sorted(written):
-        target = workspace / path
-        if not target.is_file():
+        try:
+            content, why = _artifact_bytes(root, path, MAX_ARTIFACTS_BYTES - total)
+        except OSError as exc:
+            content, why = None, f"cannot be read: {exc.strerror or exc}"
+        if content is None:
+            if why:
+                skipped.append((path, why))
             continue
         iri = str(record_iri(archive.job, "artifact", path))
         try:
-            archive.put(iri, target.read_bytes(), kind="artifact",
-                        media_type="application/octet-stream",
+            archive.put(iri, content, kind="artifact", media_type="application/octet-stream",
                         meta={"path": path, "written_by": written[path]})
-        except ArchiveError as exc:  # a resumed job whose artifact was archived, then changed
-            log.warning("artifact.archive.failed", job=archive.job, path=path,
-                        error=exc.message)
+        except (ArchiveError, OSError) as exc:  # a resumed job whose artifact changed; disk
+            message = exc.message if isinstance(exc, ArchiveError) else str(exc)
+            log.warning("artifact.archive.failed", job=archive.job, path=path, error=message)
+            skipped.append((path, f"not archived: {message[:200]}"))
             continue
+        total += len(content)
         out.append((path, iri))
-    return tuple(out)
+    return tuple(out), tuple(skipped)
+
+
+def _artifact_bytes(root: str, path: str, room: int) -> tuple[bytes | None, str]:
+    """The content of ``path`` (relative to the workspace ``root``, a real path), or None and
+    why not ("" when there is nothing there to mention: removed, or a directory).
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
+    target = os.path.join(root, path)
+    parent = os.path.realpath(os.path.dirname(target))
+    if parent != root and os.path.commonpath([root, parent]) != root:
+        return None, f"lies behind a symbolic link that leads out of the workspace ({parent})"
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return None, ""
+    if stat.S_ISLNK(st.st_mode):
+        return None, f"a symbolic link (to {os.readlink(target)}); links are not followed"
+    if stat.S_ISDIR(st.st_mode):
+        return None, ""
+    if not stat.S_ISREG(st.st_mode):
+        return None, "not a regular file"
+    limit = min(MAX_ARTIFACT_BYTES, room)
+    if st.st_size > limit:
+        return None, _too_big(st.st_size, limit)
+    fd = os.open(os.path.join(parent, os.path.basename(target)),
+                 os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None, "not a regular file"
+        content = handle.read(limit + 1)  # it may have grown since lstat
+    if len(content) > limit:
+        return None, _too_big(len(content), limit)
+    return content, ""
+
+
+def _too_big(size: int, limit: int) -> str:
+    if limit < MAX_ARTIFACT_BYTES:
+        return (f"{size} bytes: the job's archived files may take {MAX_ARTIFACTS_BYTES} bytes "
+                "in all")
+    return f"{size} bytes, larger than the {MAX_ARTIFACT_BYTES} bytes an archived file may have"
 
 
 def _ignore(event: JobEvent) -> None:

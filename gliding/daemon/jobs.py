@@ -4,25 +4,54 @@ A running job holds an exclusive ``flock`` on ``<data_dir>/jobs/<job>/running.lo
 kernel drops it when the process ends, however it ends (``kill -9`` included). So a job whose
 archive still says ``running`` but whose lock is free was interrupted, and ``gliding resume``
 may continue it; a job whose lock is held runs elsewhere and may not be resumed twice.
+
+A running job also holds its workspace: an ``flock`` on
+``<data_dir>/workspaces/<sha256 of the workspace's real path>.lock`` (``WorkspaceLock``), taken
+before anything of the job is written, so a second job on the same workspace and data
+directory is refused (``WorkspaceBusy``) instead of editing the same files at the same time.
+
+An error that stops a job from outside its agents (the archive cannot be written, the disk is
+full, a bug) is one ``GlidingError`` (``stop_error`` picks the first real cause out of task
+groups and cleanup errors) and is recorded in the archive (``record_stop``: status
+``interrupted``, so ``gliding resume`` may continue it once the cause is fixed, and
+``stopped_by``, the message).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from gliding.errors import ArchiveError, GlidingError, UsageError
+import anyio
+import structlog
+
+from gliding.errors import ArchiveError, BusError, GlidingError, UsageError
 from gliding.memory.archive import ARCHIVE_FILE, Archive
 
 LOCK_FILE = "running.lock"
+WORKSPACE_LOCKS = "workspaces"
 FINISHED = ("success", "failed", "escalated", "budget_exceeded", "error")
+STOPPED = "interrupted"
+"""The status ``record_stop`` writes: not finished, so ``gliding resume`` may continue it."""
+
+log = structlog.get_logger("gliding.daemon")
+
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
 class JobBusy(UsageError):
     """The job is being run by another process."""
+
+
+class WorkspaceBusy(JobBusy):
+    """Another job (of this data directory) works in the workspace."""
+
+    code = "workspace.busy"
 
 
 class JobLock:
@@ -83,6 +112,148 @@ class JobLock:
         self.release()
 
 
+class WorkspaceLock:
+    """The exclusive right to work in one workspace, among the jobs of one data directory.
+
+    ``with WorkspaceLock(data_dir, workspace, job):``; the lock file holds ``<pid> <job>`` of
+    its holder, for the message of the job that is refused.
+    """
+
+    def __init__(self, data_dir: Path, workspace: Path, job: str) -> None:
+        self.workspace = Path(os.path.realpath(workspace))
+        digest = hashlib.sha256(os.fsencode(self.workspace)).hexdigest()[:32]
+        self.path = data_dir / WORKSPACE_LOCKS / f"{digest}.lock"
+        self.job = job
+        self._fd: int | None = None
+
+    def acquire(self) -> WorkspaceLock:
+        """Take the lock for this process (it creates ``<data_dir>/workspaces/``, nothing else).
+
+        Raises:
+            WorkspaceBusy: another job holds it. ArchiveError: the data directory is not
+                usable (the lock file cannot be made).
+        """
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ArchiveError(f"cannot use the data dir: cannot create {self.path.parent}: "
+                               f"{exc.strerror or exc}",
+                               hint="check that the data dir is writable") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").split()
+            os.close(fd)
+            pid, job = (holder + ["?", "?"])[:2]
+            raise WorkspaceBusy(
+                f"workspace {self.workspace} is in use by job {job} (pid {pid}); two jobs in "
+                "one workspace would overwrite each other's files",
+                hint="wait for that job to finish, or give this task another workspace",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {self.job}".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock; the file stays for the next job
+            self._fd = None
+
+    def __enter__(self) -> WorkspaceLock:
+        return self.acquire()
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
+
+
+def stop_error(exc: BaseException, job: str | None = None) -> GlidingError | None:
+    """The one error to report for ``exc``, which stopped a job: its first real cause.
+
+    Task groups are searched leaf by leaf, and errors raised while another was being handled
+    (a cleanup failing after the disk filled up) lead back to the earlier one. The first
+    ``GlidingError`` or ``OSError`` wins, then any other error (a bug), then a ``BusError``
+    (the bus closing under a task is a consequence, not a cause). An ``OSError`` or a bug is
+    translated into a ``GlidingError`` whose message is one line. None: only cancellation,
+    ``KeyboardInterrupt`` or ``SystemExit`` is in there, which must go on as it is.
+    """
+    leaves = _leaves(exc)
+    if any(isinstance(e, KeyboardInterrupt | SystemExit) for e in leaves):
+        return None
+    errors = [e for e in leaves if isinstance(e, Exception)
+              and not isinstance(e, anyio.get_cancelled_exc_class())]
+    if not errors:
+        return None
+
+    def rank(e: Exception) -> int:
+        if isinstance(e, BusError):
+            return 2
+        return 0 if isinstance(e, GlidingError | OSError) else 1
+
+    # an error raised while an earlier one was handled (a cleanup that failed) yields to it
+    errors = [earlier for e in errors for earlier in (*_earlier_causes(e), e)]
+    first = min(errors, key=rank)  # min keeps the earliest of a rank
+    if isinstance(first, GlidingError):
+        return first
+    resume = f"; then gliding resume {job}" if job else ""
+    if isinstance(first, OSError):
+        where = f" ({first.filename})" if first.filename else ""
+        if first.errno in (errno.ENOSPC, errno.EDQUOT):
+            return ArchiveError(f"no space left on the device{where}",
+                                hint=f"free some disk space{resume}")
+        return ArchiveError(f"the job stopped: {first.strerror or first}{where}",
+                            hint=f"fix the cause{resume}")
+    return GlidingError(f"the job stopped on an internal error: {type(first).__name__}: "
+                        f"{_one_line(str(first))}",
+                        hint="this is a bug in Gliding; log_level debug shows the traceback")
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions in ``exc``, groups flattened, in their order."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _earlier_causes(exc: BaseException) -> list[Exception]:
+    """The GlidingErrors and storage OSErrors (disk full, read-only, I/O error) that were
+    being handled when ``exc`` was raised (``__context__``, unless a ``raise ... from``
+    replaced it), earliest first. Anything else there (an exception a library raised and
+    handled itself, a missing file looked for) is no cause worth naming."""
+    out: list[Exception] = []
+    seen = {id(exc)}
+    current: BaseException | None = exc
+    while current is not None and current.__cause__ is None and not current.__suppress_context__:
+        current = current.__context__
+        if current is None or id(current) in seen:
+            break
+        seen.add(id(current))
+        for leaf in _leaves(current):
+            if (isinstance(leaf, GlidingError) and not isinstance(leaf, BusError)) or (
+                    isinstance(leaf, OSError) and leaf.errno in _STORAGE_ERRNOS):
+                out.append(leaf)
+    return out[::-1]
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def record_stop(archive: Archive, error: GlidingError) -> None:
+    """Write that the job stopped on ``error``: status ``interrupted`` and ``stopped_by``.
+    Best effort: when the archive cannot take even that (the disk is full), the status stays
+    ``running`` and the free job lock shows the job as interrupted all the same."""
+    try:
+        with archive.batch():
+            archive.set_meta("status", STOPPED)
+            archive.set_meta("stopped_by", _one_line(error.message))
+    except (GlidingError, OSError) as exc:
+        log.warning("job.status.unrecorded", job=archive.job, error=_one_line(str(exc)))
+
+
 @dataclass(frozen=True)
 class JobInfo:
     job: str
@@ -90,6 +261,7 @@ class JobInfo:
     goal: str
     model: str
     resumes: int
+    stopped_by: str = ""  # what stopped an interrupted job, when it was recorded
 
 
 def list_jobs(data_dir: Path) -> list[JobInfo]:
@@ -112,8 +284,11 @@ def job_info(data_dir: Path, job: str) -> JobInfo:
             goal = str(archive.get_meta("goal", ""))
             model = str(archive.get_meta("model", ""))
             resumes = int(archive.get_meta("resumes", 0))
+            stopped_by = str(archive.get_meta("stopped_by", "") or "")
     except GlidingError:
         return JobInfo(job, "unreadable", "", "", 0)
     if status not in FINISHED and not JobLock(data_dir / "jobs" / job).held_elsewhere():
         status = "interrupted"
-    return JobInfo(job, status, goal, model, resumes)
+    if status != "interrupted":
+        stopped_by = ""  # a resumed job that went on to finish, or runs again
+    return JobInfo(job, status, goal, model, resumes, stopped_by)

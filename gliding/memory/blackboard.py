@@ -11,6 +11,14 @@ keywords and SERVICE (which would make the store fetch remote data) and caps the
 go into query templates only through ``sparql_iri`` and ``sparql_literal``, which escape or
 refuse, so no value can change a query's structure.
 
+A query that runs past its ``timeout_s`` is stopped there, with whatever it allocated: the
+embedded backend evaluates each query in a child process it kills at the deadline, with a
+memory cap (``backends/query_process.py``); the endpoint backend stops waiting at the deadline
+and leaves the server to stop the evaluation (``oxigraph serve --timeout-s``). Only the
+blackboard's own template queries (recall's graph step, loading what earlier jobs wrote) may
+ask for ``isolated=False``: cheaper, evaluated in this process, and only waited for until
+their timeout.
+
 The blackboard keeps the current state only; the caller archives every revision in L0
 (``vocabulary.to_jsonld`` gives its canonical bytes).
 """
@@ -37,9 +45,16 @@ class BlackboardError(GlidingError):
 
 
 class QueryTimeout(BlackboardError):
-    """A query ran past its ``timeout_s``."""
+    """A query ran past its ``timeout_s``; it has been stopped, not left running."""
 
     code = "blackboard.timeout"
+
+
+class QueryTooLarge(BlackboardError):
+    """A query needed more memory than a backend gives one query, or answered too many bytes;
+    it has been stopped."""
+
+    code = "blackboard.too_large"
 
 
 class QueryError(UsageError):
@@ -100,7 +115,8 @@ class Blackboard(Protocol):
         ...
 
     def query(
-        self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, graph: str | None = None
+        self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, graph: str | None = None,
+        isolated: bool = True,
     ) -> list[dict[str, Value]]:
         """Run a read-only SELECT, ASK, CONSTRUCT or DESCRIBE query.
 
@@ -110,23 +126,34 @@ class Blackboard(Protocol):
         default graph is that named graph; without it, the store's default graph (named graphs
         are reached with GRAPH). The LIMIT is added or capped to the backend's ``max_limit``.
 
+        ``isolated`` (the default: any query a model, a user or a client wrote) evaluates the
+        query where it can be stopped — past ``timeout_s``, and past the backend's memory bound
+        for one query. ``isolated=False`` is for our own template queries, written to be cheap:
+        a backend may evaluate them in this process, where one that times out is only no longer
+        waited for.
+
         Raises:
             QueryError: refused by ``check_read_only_query`` or rejected by the parser.
             VocabularyError: ``graph`` is not a valid IRI.
-            QueryTimeout: the query ran past ``timeout_s``.
+            QueryTimeout: the query ran past ``timeout_s``; it no longer runs here.
+            QueryTooLarge: the query needed more memory than the backend allows one query, or
+                its answer was too long; it no longer runs here.
             BlackboardError: the store could not be read.
         """
         ...
 
     def construct(
-        self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, graph: str | None = None
+        self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, graph: str | None = None,
+        isolated: bool = True,
     ) -> list[Triple]:
-        """Run a read-only CONSTRUCT or DESCRIBE query and return its triples.
+        """Run a read-only CONSTRUCT or DESCRIBE query and return its triples (``isolated`` as
+        for ``query``).
 
         Raises:
             QueryError: not a CONSTRUCT or DESCRIBE, refused, or rejected by the parser.
             VocabularyError: ``graph`` is not a valid IRI.
-            QueryTimeout: the query ran past ``timeout_s``.
+            QueryTimeout: the query ran past ``timeout_s``; it no longer runs here.
+            QueryTooLarge: as for ``query``.
             BlackboardError: the store could not be read.
         """
         ...
@@ -223,8 +250,9 @@ def _form_of(tokens: list[_Token], seen_as: str) -> str:
         ):
             form = word
     if form not in _FORMS:
+        shown = form if form is None or len(form) <= 40 else form[:39] + "…"
         raise QueryError(
-            f"not a read-only query{seen_as}: it starts with {form!r}",
+            f"not a read-only query{seen_as}: it starts with {shown!r}",
             hint="use SELECT, ASK, CONSTRUCT or DESCRIBE",
         )
     return form

@@ -194,7 +194,8 @@ class KnowledgeMemory:
             while True:
                 rows = self.store.query(
                     _LOAD.format(graph=sparql_iri(graph), types=types, keys=keys)
-                    + f" ORDER BY ?s ?p LIMIT {page} OFFSET {offset}", timeout_s=60.0)
+                    + f" ORDER BY ?s ?p LIMIT {page} OFFSET {offset}", timeout_s=60.0,
+                    isolated=False)
                 offset += len(rows)
                 self._collect(graph, rows, found)
                 if len(rows) < page:
@@ -215,7 +216,7 @@ class KnowledgeMemory:
         out: list[str] = []
         while True:
             rows = self.store.query(_GRAPHS + f" ORDER BY DESC(?g) LIMIT {page} OFFSET {len(out)}",
-                                    timeout_s=60.0)
+                                    timeout_s=60.0, isolated=False)
             out += [g.iri for row in rows if isinstance(g := row.get("g"), Ref)]
             if len(rows) < page:
                 return out
@@ -323,7 +324,7 @@ class KnowledgeMemory:
                        f"FILTER(LCASE(STR(?n)) IN ({names})) }}")
         sparql = _RELATED.format(hits=values, rare=int(rare), exclude=exclude)
         graph = self.graph or (self._graph_of.get(hits[0]) if hits else None)
-        rows = self.store.query(sparql, graph=graph, timeout_s=DEFAULT_TIMEOUT_S)
+        rows = self.store.query(sparql, graph=graph, timeout_s=DEFAULT_TIMEOUT_S, isolated=False)
         out: dict[str, float] = {}
         for row in rows:
             other, shared = row.get("other"), row.get("shared")
@@ -347,7 +348,8 @@ class KnowledgeMemory:
 
     def query(self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
               graph: str | None = None) -> list[dict[str, Value]]:
-        """Read-only SPARQL over the blackboard (validated, LIMIT added or capped)."""
+        """Read-only SPARQL over the blackboard (validated, LIMIT added or capped), isolated:
+        stopped at ``timeout_s`` and within the store's memory bound for one query."""
         return self.store.query(sparql, timeout_s=timeout_s, graph=graph)
 
 
@@ -368,12 +370,13 @@ class IndexingBlackboard:
         return self.inner.get(iri, graph=graph)
 
     def query(self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-              graph: str | None = None) -> list[dict[str, Value]]:
-        return self.inner.query(sparql, timeout_s=timeout_s, graph=graph)
+              graph: str | None = None, isolated: bool = True) -> list[dict[str, Value]]:
+        return self.inner.query(sparql, timeout_s=timeout_s, graph=graph, isolated=isolated)
 
     def construct(self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                  graph: str | None = None) -> list[Triple]:
-        return self.inner.construct(sparql, timeout_s=timeout_s, graph=graph)
+                  graph: str | None = None, isolated: bool = True) -> list[Triple]:
+        return self.inner.construct(sparql, timeout_s=timeout_s, graph=graph,
+                                    isolated=isolated)
 
     def count(self, *, graph: str | None = None) -> int:
         return self.inner.count(graph=graph)

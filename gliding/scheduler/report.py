@@ -41,11 +41,14 @@ class JobReport:
     checked_files: dict[str, str] = field(default_factory=dict)
     resumed: int = 0  # how many times the job was resumed
     workspace_changed: bool = False  # changed behind the job's back before a resume
+    # files the job wrote that were not archived, and why (a symlink, too large, ...)
+    skipped_artifacts: tuple[tuple[str, str], ...] = ()
 
 
 def build_report(state: SupervisorState, *, artifacts: tuple[tuple[str, str], ...],
                  wall_s: float, checked_files: dict[str, str] | None = None,
-                 resumed: int = 0, workspace_changed: bool = False) -> JobReport:
+                 resumed: int = 0, workspace_changed: bool = False,
+                 skipped_artifacts: tuple[tuple[str, str], ...] = ()) -> JobReport:
     """The report of ``state`` (which must have an outcome)."""
     assert state.outcome is not None
     roles = tuple(dict.fromkeys(state.roles))
@@ -69,4 +72,4 @@ def build_report(state: SupervisorState, *, artifacts: tuple[tuple[str, str], ..
         context_tokens={r: (t.context_tokens, t.baseline_tokens)
                         for r, t in state.totals.items() if t.baseline_tokens},
         checked_files=dict(checked_files or {}), resumed=resumed,
-        workspace_changed=workspace_changed)
+        workspace_changed=workspace_changed, skipped_artifacts=skipped_artifacts)

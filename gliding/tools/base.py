@@ -8,20 +8,35 @@ failing or crashing tool comes back as a ToolOutcome with ``ok=False`` and a mes
 can act on. A group the job could not provide (e.g. "knowledge" without a blackboard) is
 ``unavailable``: a role that names it simply does not get it.
 
-``ToolContext`` carries what differs per call site: the workspace, the tool settings, and the
-agent session's own memory (``SessionRecall``, for ``recall``).
+``ToolContext`` carries what differs per call site: the workspace, the tool settings, the
+agent session's own memory (``SessionRecall``, for ``recall``) and the deadline of the call.
+
+Every call is bounded: ``Toolset.call`` stops waiting at the tool's own ``timeout_s`` or at
+``ToolContext.deadline`` (the end of the job's wall time budget, set by the agent loop),
+whichever comes first, and answers ``error: <tool> timed out after Ns``. Work a tool runs in a
+worker thread cannot be cancelled, so it gets the same deadline and must stop by it itself
+(raising TimeoutError, which ``call`` reports the same way): the file and search tools check
+it as they go, bound their regexes with it, and are waited for (``ToolContext.deadline`` is a
+time.monotonic() value, so the work keeps real time even where a test runs the loop on a
+virtual clock).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import anyio
+
 from gliding.config.settings import ToolSettings
 from gliding.core.messages import ToolSpec
 from gliding.errors import ToolError
+from gliding.tools.sandbox import Sandbox
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -32,6 +47,9 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,),
 }
 _ARTICLE = {"integer": "an", "array": "an", "object": "an"}
+CALL_TIMEOUT_S = 30.0  # what one call of a file, search or read-back tool may take, at most
+_TIMEOUT_HINT = ("the call was stopped; ask for less (a narrower path or glob, a simpler "
+                 "pattern, a page of a file with offset and limit) or run a quicker command")
 
 
 class SessionRecall(Protocol):
@@ -50,6 +68,10 @@ class ToolContext:
     settings: ToolSettings
     session: SessionRecall | None = None
     began: Path | None = None  # a tool that ``marks_begin`` creates this file as it starts
+    sandbox: Sandbox | None = None  # what confines commands; None: the one ``settings`` ask for
+    # time.monotonic() by which the call must end: the job's wall budget (set by the loop),
+    # then within ``Toolset.call`` also the tool's own timeout; None: no such bound
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +112,10 @@ class Tool:
     run: Callable[[dict[str, Any], ToolContext], Awaitable[str | ToolOutput]]
     idempotent: bool = True  # False: running it twice may differ (a shell command)
     marks_begin: bool = False  # creates ToolContext.began the moment its effects start
+    # seconds one call may take; None: the tool bounds its work itself (bash and run_checks
+    # kill their commands at tools.bash.timeout_s and each check's timeout_s). Either way a
+    # call also ends with the job's wall time budget (ToolContext.deadline).
+    timeout_s: float | None = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
@@ -145,6 +171,38 @@ class Tool:
         return checked
 
 
+def check_deadline(deadline: float | None) -> None:
+    """For work in a worker thread: stop once ``deadline`` (time.monotonic()) has passed.
+
+    Raises:
+        TimeoutError: it has; ``Toolset.call`` answers the model that the call timed out.
+    """
+    if deadline is not None and time.monotonic() >= deadline:
+        raise TimeoutError("the call's deadline passed")
+
+
+def _failed(tool: Tool, exc: Exception) -> ToolOutcome:
+    return ToolOutcome(False, f"error: {tool.name} failed: {type(exc).__name__}: {exc}")
+
+
+def _timed_out(tool: Tool, seconds: float, own: bool) -> ToolOutcome:
+    why = "its own limit" if own else "what was left of the job's wall time budget"
+    return ToolOutcome(False, f"error: {tool.name} timed out after {seconds:.3g}s ({why})\n"
+                              f"  hint: {_TIMEOUT_HINT}")
+
+
+def _outcome(output: str | ToolOutput) -> ToolOutcome:
+    if isinstance(output, ToolOutput):
+        return ToolOutcome(True, output.text, output.data)
+    return ToolOutcome(True, output)
+
+
+def _loop_time(deadline: float) -> float:
+    """``deadline`` (a time.monotonic() value) on the event loop's clock, which a test may run
+    virtually."""
+    return deadline if deadline == math.inf else anyio.current_time() + deadline - time.monotonic()
+
+
 def _has_type(value: Any, expected: str) -> bool:
     if isinstance(value, bool) and expected != "boolean":
         return False
@@ -176,7 +234,8 @@ class Toolset:
         return [t.spec() for t in self.tools]
 
     async def call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-        """Run tool ``name``; never raises except on cancellation."""
+        """Run tool ``name`` within its timeout and ``ctx.deadline`` (module docstring); never
+        raises except on cancellation."""
         tool = self._by_name.get(name)
         if tool is None:
             available = ", ".join(self.names) or "none"
@@ -184,16 +243,28 @@ class Toolset:
                 False,
                 f"error: tool {name!r} is not available to this role; available: {available}",
             )
+        now = time.monotonic()
+        own = now + tool.timeout_s if tool.timeout_s is not None else math.inf
+        wall = ctx.deadline if ctx.deadline is not None else math.inf
+        if wall <= now:
+            return ToolOutcome(False, f"error: {tool.name} was not run: the job's wall time "
+                                      "budget is spent\n  hint: finish with what is done")
+        deadline = min(own, wall)
         try:
             checked = tool.check_arguments(arguments)
-            output = await tool.run(checked, ctx)
+            with anyio.move_on_at(_loop_time(deadline)):
+                output = await tool.run(checked, dataclasses.replace(
+                    ctx, deadline=None if deadline == math.inf else deadline))
+                return _outcome(output)
+            return _timed_out(tool, deadline - now, own <= wall)
         except ToolError as exc:
             return ToolOutcome(False, f"error: {exc}")
+        except TimeoutError as exc:
+            if time.monotonic() >= deadline:  # work in a thread that stopped at the deadline
+                return _timed_out(tool, deadline - now, own <= wall)
+            return _failed(tool, exc)  # a timeout of the tool's own (a socket's, say)
         except Exception as exc:  # the loop must survive any tool bug; the model sees it
-            return ToolOutcome(False, f"error: {tool.name} failed: {type(exc).__name__}: {exc}")
-        if isinstance(output, ToolOutput):
-            return ToolOutcome(True, output.text, output.data)
-        return ToolOutcome(True, output)
+            return _failed(tool, exc)
 
     def get(self, name: str) -> Tool | None:
         return self._by_name.get(name)

@@ -24,6 +24,7 @@ from gliding.config.settings import ToolSettings
 from gliding.core.checks import Check, CheckResult, CommandSucceeds, FileContains, FileExists
 from gliding.errors import ToolError
 from gliding.tools.base import Tool, ToolContext, ToolGroup, ToolOutput, schema
+from gliding.tools.sandbox import Sandbox
 from gliding.tools.shell import run_command
 from gliding.tools.workspace import display_path, resolve_in_workspace, workspace_root
 
@@ -34,9 +35,11 @@ OUTPUT_TAIL_CHARS = 500
 
 
 async def run_checks_on(
-    checks: Sequence[Check], workspace: Path, settings: ToolSettings
+    checks: Sequence[Check], workspace: Path, settings: ToolSettings, *,
+    sandbox: Sandbox | None = None,
 ) -> list[CheckResult]:
-    """One CheckResult per check, in order; checks run one after another."""
+    """One CheckResult per check, in order; checks run one after another, commands in
+    ``sandbox`` (by default the one ``settings`` ask for)."""
     results: list[CheckResult] = []
     for check in checks:
         if isinstance(check, FileExists):
@@ -44,7 +47,7 @@ async def run_checks_on(
         elif isinstance(check, FileContains):
             results.append(await anyio.to_thread.run_sync(_file_contains, check, workspace))
         elif isinstance(check, CommandSucceeds):
-            results.append(await _command(check, workspace, settings))
+            results.append(await _command(check, workspace, settings, sandbox))
         else:
             results.append(CheckResult(check, False, f"unknown check {check!r}"))
     return results
@@ -113,9 +116,11 @@ def _file_contains(check: FileContains, workspace: Path) -> CheckResult:
     return CheckResult(check, False, evidence, check.text)
 
 
-async def _command(check: CommandSucceeds, workspace: Path, settings: ToolSettings) -> CheckResult:
+async def _command(check: CommandSucceeds, workspace: Path, settings: ToolSettings,
+                   sandbox: Sandbox | None) -> CheckResult:
     try:
-        result = await run_command(check.command, workspace, settings, timeout_s=check.timeout_s)
+        result = await run_command(check.command, workspace, settings, timeout_s=check.timeout_s,
+                                   sandbox=sandbox)
     except ToolError as exc:
         return CheckResult(check, False, f"could not run: {exc.message}", "exit code 0")
     tail = result.tail.rstrip("\n")[-OUTPUT_TAIL_CHARS:]
@@ -159,12 +164,14 @@ class ChecksGroup(ToolGroup):
             schema(), self._run_checks)], "run the task's success checks")
 
     async def run(self, ctx: ToolContext) -> list[CheckOutcome]:
-        results = await run_checks_on(self.checks, ctx.workspace, ctx.settings)
+        results = await run_checks_on(self.checks, ctx.workspace, ctx.settings,
+                                      sandbox=ctx.sandbox)
         return [outcome_of(r) for r in results]
 
     async def _run_checks(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         if not self.checks:
             return ToolOutput("this task defines no checks", {"checks": []})
-        results = await run_checks_on(self.checks, ctx.workspace, ctx.settings)
+        results = await run_checks_on(self.checks, ctx.workspace, ctx.settings,
+                                      sandbox=ctx.sandbox)
         return ToolOutput(format_report(results),
                           {"checks": [outcome_of(r).model_dump() for r in results]})

@@ -12,8 +12,10 @@ as the tools need it, implemented over the knowledge memory by
 run on a worker thread, so a slow query or the first search (which may load the embedder) does
 not stall the event loop. A GlidingError from either — a refused or malformed query, a
 timeout, a store that failed — comes back to the model as ``error: <message>`` with its hint.
-Every answer is at most ``MAX_CHARS`` characters. A job without a blackboard has no
-KnowledgeGroup: its roles are not offered these tools.
+Every answer, errors included, is at most ``MAX_CHARS`` characters: lines are clipped, lists
+are cut with a count of the rest, and what echoes the model's own input (the query of "nothing
+found", an error's message) is clipped too. A job without a blackboard has no KnowledgeGroup:
+its roles are not offered these tools.
 """
 
 from __future__ import annotations
@@ -29,16 +31,20 @@ from gliding.core.text import clip, one_line
 from gliding.errors import GlidingError, ToolError
 from gliding.tools.base import Tool, ToolContext, ToolGroup, prop, schema
 
-MAX_CHARS = 4000  # one answer, notices included
+MAX_CHARS = 4000  # one answer, notices and errors included
 MAX_K = 50
 VALUE_CHARS = 200  # one value of a query row
 LINE_CHARS = 600  # one row or one hit
+ECHO_CHARS = 200  # the model's query, repeated in "nothing found for ..."
+HINT_CHARS = 500  # an error's hint
 
 
 def hit_line(hit: Any) -> str:
-    """``<type> <iri>: <text>`` on one line (``hit`` has ``type``, ``iri`` and ``text``)."""
-    text = " ".join(str(getattr(hit, "text", "")).split())
-    return clip(f"{getattr(hit, 'type', '?')} {getattr(hit, 'iri', '?')}: {text}", LINE_CHARS)
+    """``<type> <iri>: <text>`` on one line of at most LINE_CHARS (``hit`` has ``type``, ``iri``
+    and ``text``); the text is what gets cut, unless the IRI alone is too long."""
+    kind = one_line(str(getattr(hit, "type", "?")), 40)
+    iri = one_line(str(getattr(hit, "iri", "?")), LINE_CHARS)
+    return clip(f"{kind} {iri}: " + " ".join(str(getattr(hit, "text", "")).split()), LINE_CHARS)
 
 
 def render_value(value: Any) -> str:
@@ -63,7 +69,8 @@ def render_row(row: Mapping[str, Any]) -> str:
 
 
 def bounded(lines: Iterable[str], noun: str, limit: int = MAX_CHARS) -> str:
-    """``lines`` joined while they fit ``limit`` characters, then ``[N more <noun>]``."""
+    """``lines`` joined while they fit ``limit`` characters, then ``[N more <noun>]``; never
+    longer than ``limit``."""
     lines = list(lines)
     kept: list[str] = []
     used = 0
@@ -74,7 +81,12 @@ def bounded(lines: Iterable[str], noun: str, limit: int = MAX_CHARS) -> str:
         kept.append(line)
         used += len(line) + 1
     rest = len(lines) - len(kept)
-    return "\n".join(kept) + (f"\n[{rest} more {noun}]" if rest else "")
+    return clip("\n".join(kept) + (f"\n[{rest} more {noun}]" if rest else ""), limit)
+
+
+def echo(text: str) -> str:
+    """The model's own ``text`` repeated in an answer: quoted, on one line, clipped."""
+    return repr(one_line(text, ECHO_CHARS))
 
 
 class KnowledgeAccess(Protocol):
@@ -99,7 +111,14 @@ async def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return await anyio.to_thread.run_sync(partial(function, *args, **kwargs))
     except GlidingError as exc:
-        raise ToolError(exc.message, hint=exc.hint) from exc
+        raise bounded_error(exc) from exc
+
+
+def bounded_error(exc: GlidingError) -> ToolError:
+    """``exc`` as a ToolError whose ``error: <message>\n  hint: <hint>`` fits MAX_CHARS."""
+    hint = clip(exc.hint, HINT_CHARS) if exc.hint else None
+    room = MAX_CHARS - len("error: ") - (len(f"\n  hint: {hint}") if hint else 0)
+    return ToolError(clip(exc.message, room), hint=hint)
 
 
 class KnowledgeGroup(ToolGroup):
@@ -119,10 +138,10 @@ class KnowledgeGroup(ToolGroup):
             raise ToolError("kg_search: query is empty", hint="pass the words to look for")
         k = args.get("k")
         if k is not None and k < 1:
-            raise ToolError(f"kg_search: k must be at least 1, got {k}")
+            raise ToolError(f"kg_search: k must be at least 1, got {clip(str(k), 40)}")
         hits = await _call(self.access.search, query, None if k is None else min(int(k), MAX_K))
         if not hits:
-            return f"nothing found for {query!r}"
+            return f"nothing found for {echo(query)}"
         return bounded((hit_line(h) for h in hits), "hits")
 
     async def _knowledge_query(self, args: dict[str, Any], ctx: ToolContext) -> str:

@@ -1,7 +1,20 @@
-"""Search tools: glob (file names) and grep (file contents, Python regex), both confined.
+"""Search tools: glob (file names) and grep (file contents, Python regex), confined and bounded.
 
-Walks never follow a symlinked directory, and a symlinked file is only read or listed when its
-real path is inside the workspace, so a link to '/' cannot make a search walk the whole disk.
+Both walk the tree from open descriptors (``_tree``): each directory is opened with O_NOFOLLOW
+relative to its parent, so a symlinked directory is never descended into and a link swapped
+in mid-walk cannot lead the walk out; a symlinked file is only read or listed when it resolves
+inside the workspace (``workspace.locate``), and a file is read only when it is regular and
+has one hard link (``workspace.open_regular`` says why). A walk stops ``MAX_WALK_DEPTH`` levels
+down, after ``MAX_WALK_ENTRIES`` entries and at the call's deadline; the answer says what it
+left out.
+
+Like the file tools, both run in a worker thread that is waited for and stops at the call's
+deadline itself (TimeoutError).
+
+Patterns are checked with ``re`` (its syntax, its error messages) but run on the ``regex``
+module, with a time limit per line or path (``LINE_TIMEOUT_S``) and the GIL released: ``re``
+can backtrack for hours on one line, e.g. ``(a|aa)+$`` on a long run of a's, and nothing can
+stop it.
 """
 
 from __future__ import annotations
@@ -9,30 +22,104 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from collections.abc import Iterator
+import stat
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+import regex
 
+from gliding.core.text import clip
 from gliding.errors import ConfinementError, ToolError
-from gliding.tools.base import Tool, ToolContext, prop, schema
-from gliding.tools.workspace import display_path, is_inside, resolve_in_workspace, workspace_root
+from gliding.tools.base import CALL_TIMEOUT_S, Tool, ToolContext, check_deadline, prop, schema
+from gliding.tools.workspace import Located, check_path, display_path, locate, open_regular
 
 MAX_GLOB_RESULTS = 500
 MAX_GREP_LINE_CHARS = 300
 MAX_GREP_FILE_BYTES = 5 * 1024 * 1024
+MAX_WALK_DEPTH = 64  # directory levels below the searched one
+MAX_WALK_ENTRIES = 200_000  # names one walk looks at
+LINE_TIMEOUT_S = 1.0  # one regex match on one line or path, at most
 SKIP_DIRS = frozenset({".git", ".hg", ".svn"})
 _MAGIC = re.compile(r"[*?\[]")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A regex that fully matches the '/'-separated relative paths ``pattern`` matches.
+class _Skip(Enum):
+    """Why a file was not searched."""
 
-    ``*`` and ``?`` stay inside one path component, ``**`` spans any number of components,
-    ``[...]`` is a character class (``[!...]`` negated), and wildcards skip names starting with '.'.
+    BIG = "binary, large or not a regular file"
+    LINKED = "several hard links"
+
+
+def compile_regex(pattern: str) -> Any:
+    """``pattern`` compiled for ``search_lines`` (a ``regex`` Pattern).
+
+    Raises:
+        ToolError: not a valid Python regex (``re``'s message).
     """
-    parts = pattern.split("/")
+    try:
+        re.compile(pattern)
+        return regex.compile(pattern)
+    except (re.error, regex.error) as exc:
+        raise ToolError(f"bad regex {shown_pattern(pattern)}: {exc}",
+                        hint="grep takes a Python regex; escape ( [ . etc.") from exc
+
+
+def shown_pattern(pattern: str) -> str:
+    """A pattern as an answer quotes it: repr'd, cut short (the model sent it; once is enough)."""
+    return clip(repr(pattern), 200)
+
+
+def search_lines(compiled: Any, lines: Iterable[str], label: str,
+                 deadline: float | None) -> Iterator[tuple[int, str]]:
+    """(1-based number, line) of each of ``lines`` that ``compiled`` matches somewhere.
+
+    Raises:
+        ToolError: one line took over ``LINE_TIMEOUT_S``: the pattern backtracks too much.
+        TimeoutError: ``deadline`` passed.
+    """
+    for number, line in enumerate(lines, start=1):
+        if _bounded(compiled.search, line, deadline, partial("on line {} of {}".format, number,
+                                                             label)):
+            yield number, line
+
+
+def _bounded(match: Callable[..., Any], text: str, deadline: float | None,
+             where: Callable[[], str]) -> bool:
+    """Whether ``match`` (a ``regex`` Pattern's search or fullmatch) matches ``text``, within
+    ``LINE_TIMEOUT_S`` and ``deadline``."""
+    check_deadline(deadline)
+    left = LINE_TIMEOUT_S if deadline is None else min(LINE_TIMEOUT_S, deadline - time.monotonic())
+    try:
+        return match(text, timeout=max(left, 0.001), concurrent=True) is not None
+    except TimeoutError:
+        check_deadline(deadline)
+        raise ToolError(
+            f"the pattern took over {LINE_TIMEOUT_S:g}s {where()}: it backtracks too much "
+            "(nested or overlapping repeats such as (a+)+ or (a|aa)+)",
+            hint="simplify it: drop the nesting, make alternatives exclusive, anchor it",
+        ) from None
+
+
+def glob_regex(pattern: str) -> Any:
+    """A ``regex`` Pattern that fully matches the '/'-separated relative paths ``pattern``
+    matches.
+
+    ``*`` and ``?`` stay inside one path component, ``**`` spans any number of components (a
+    run of them is one), ``[...]`` is a character class (``[!...]`` negated), and wildcards skip
+    names starting with '.'.
+    """
+    parts: list[str] = []
+    for seg in pattern.split("/"):
+        if not (seg == "**" and parts and parts[-1] == "**"):
+            parts.append(seg)
     out: list[str] = []
     for i, seg in enumerate(parts):
         last = i == len(parts) - 1
@@ -40,7 +127,7 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
             out.append(r"(?!\.)[^/]+(?:/(?!\.)[^/]+)*" if last else r"(?:(?!\.)[^/]+/)*")
             continue
         out.append(_segment_regex(seg) + ("" if last else "/"))
-    return re.compile("".join(out))
+    return regex.compile("".join(out))
 
 
 def _segment_regex(seg: str) -> str:
@@ -64,150 +151,306 @@ def _segment_regex(seg: str) -> str:
     return "".join(out)
 
 
-def glob(workspace: Path, pattern: str) -> str:
+@dataclass
+class _Walk:
+    """What one walk looked at and left out, for the notice at the end of an answer."""
+
+    seen: int = 0
+    too_deep: int = 0  # directories not entered: below MAX_WALK_DEPTH
+    stopped: bool = False  # MAX_WALK_ENTRIES reached
+
+    def notice(self) -> str:
+        notes = []
+        if self.too_deep:
+            notes.append(f"[{self.too_deep} director{'ies' if self.too_deep > 1 else 'y'} "
+                         f"deeper than {MAX_WALK_DEPTH} levels not searched; search from "
+                         "further down]")
+        if self.stopped:
+            notes.append(f"[the walk stopped after {MAX_WALK_ENTRIES} entries; narrow the "
+                         "path or the pattern]")
+        return "\n".join(notes)
+
+
+def _tree(top: int, walk: _Walk, deadline: float | None, enter: Callable[[str], bool]
+          ) -> Iterator[tuple[str, int, list[os.DirEntry[str]]]]:
+    """(directory relative to ``top`` ('' for it), its descriptor, its entries by name) for
+    ``top`` and each directory below it whose name ``enter`` accepts; a directory's entries
+    come before its subdirectories'. The descriptor is open until the next step.
+
+    Only the descriptors of the current path are open (MAX_WALK_DEPTH at most); ``top`` stays
+    the caller's.
+    """
+    entries = _entries(top, walk, deadline)
+    yield "", top, entries
+    stack = [(top, "", iter(_subdirs(entries, enter)))]
+    try:
+        while stack and not walk.stopped:
+            fd, rel, subdirs = stack[-1]
+            name = next(subdirs, None)
+            if name is None:
+                stack.pop()
+                if fd != top:
+                    os.close(fd)
+                continue
+            if len(stack) > MAX_WALK_DEPTH:
+                walk.too_deep += 1
+                continue
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # gone, or swapped for a link since it was listed: not entered
+            child_rel = f"{rel}/{name}" if rel else name
+            stack.append((child, child_rel, iter(())))  # closed by the finally from here on
+            entries = _entries(child, walk, deadline)
+            stack[-1] = (child, child_rel, iter(_subdirs(entries, enter)))
+            yield child_rel, child, entries
+    finally:
+        for fd, _, _ in stack:
+            if fd != top:
+                os.close(fd)
+
+
+def _entries(fd: int, walk: _Walk, deadline: float | None) -> list[os.DirEntry[str]]:
+    found = []
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                walk.seen += 1
+                if walk.seen > MAX_WALK_ENTRIES:
+                    walk.stopped = True
+                    break
+                if walk.seen % 256 == 0:
+                    check_deadline(deadline)
+                found.append(entry)
+    except TimeoutError:  # an OSError too, but the deadline, not an unreadable directory
+        raise
+    except OSError:
+        pass  # unreadable: nothing in it is searched
+    return sorted(found, key=lambda e: e.name)
+
+
+def _subdirs(entries: list[os.DirEntry[str]], enter: Callable[[str], bool]) -> list[str]:
+    return [e.name for e in entries if _is_dir(e) and enter(e.name)]
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def glob(workspace: Path, pattern: str, *, deadline: float | None = None) -> str:
     """Workspace-relative paths matching ``pattern``, sorted, dirs ending with '/'.
 
     Raises:
-        ConfinementError: the pattern is absolute or climbs out of the workspace.
-        ToolError: the pattern is empty.
+        ConfinementError: the pattern holds a NUL byte, is absolute or climbs out.
+        ToolError: the pattern is empty, or so complex that matching one path took over
+            ``LINE_TIMEOUT_S``.
+        TimeoutError: ``deadline`` passed.
     """
     if not isinstance(pattern, str) or not pattern.strip("/"):
         raise ToolError("glob pattern must be a non-empty relative pattern, e.g. '**/*.py'")
-    if "\x00" in pattern or posixpath.isabs(pattern) or os.path.isabs(pattern):
-        raise ConfinementError(
-            f"glob pattern {pattern!r} is absolute; patterns are relative to the workspace",
-            hint="e.g. 'src/**/*.py'",
-        )
+    check_path(pattern, "glob pattern")
     norm = posixpath.normpath(pattern)
     if norm == ".." or norm.startswith("../"):
         raise ConfinementError(
             f"glob pattern {pattern!r} climbs out of the workspace", hint="e.g. 'src/**/*.py'"
         )
+    walk = _Walk()
+    if not _MAGIC.search(norm):
+        kind = _kind(workspace, norm, refuse=True)
+        return _glob_result([norm + kind] if kind is not None else [], pattern, walk)
     parts = norm.split("/")
     literal = 0
     while literal < len(parts) - 1 and not _MAGIC.search(parts[literal]):
         literal += 1
     prefix = "/".join(parts[:literal])
-    root = workspace_root(workspace)
-    if not _MAGIC.search(norm):
-        real = resolve_in_workspace(workspace, norm)
-        return _glob_result([_mark(norm, str(real))] if os.path.exists(real) else [], pattern)
-    base = resolve_in_workspace(workspace, prefix or ".")
-    if not base.is_dir():
-        return _glob_result([], pattern)
-    regex = glob_regex(norm)
-    want_hidden = any(p.startswith(".") for p in parts)
+    compiled = glob_regex(norm)
+    hidden = any(p.startswith(".") for p in parts)
+    try:
+        base = locate(workspace, prefix or ".")
+    except ConfinementError:
+        raise
+    except ToolError:  # the literal prefix is missing or not a directory: nothing matches
+        return _glob_result([], pattern, walk)
     found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        if not want_hidden:
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        sub = os.path.relpath(dirpath, base).replace(os.sep, "/")
-        for name in dirnames + filenames:
-            rel = posixpath.normpath(posixpath.join(prefix, sub, name))
-            if not regex.fullmatch(rel):
-                continue
-            full = os.path.join(dirpath, name)
-            if os.path.islink(full) and not is_inside(root, os.path.realpath(full)):
-                continue
-            found.append(_mark(rel, full))
-    return _glob_result(sorted(found), pattern)
+    with base:
+        if not base.is_dir or base.fd is None:
+            return _glob_result([], pattern, walk)
+        for sub, _, entries in _tree(base.fd, walk, deadline,
+                                     lambda n: hidden or not n.startswith(".")):
+            for entry in entries:
+                rel = posixpath.join(prefix, sub, entry.name)
+                if not _bounded(compiled.fullmatch, rel, deadline,
+                                lambda: f"to match {shown_pattern(pattern)} against one path"):
+                    continue
+                if entry.is_symlink():
+                    kind = _kind(workspace, rel)
+                    if kind is None:
+                        continue  # it leads out of the workspace
+                else:
+                    kind = "/" if _is_dir(entry) else ""
+                found.append(rel + kind)
+    return _glob_result(sorted(found), pattern, walk)
 
 
-def _mark(rel: str, full: str) -> str:
-    return rel + "/" if os.path.isdir(full) else rel
+def _kind(workspace: Path, rel: str, *, refuse: bool = False) -> str | None:
+    """'/' for a directory, '' for anything else, None when nothing is there (a dangling link
+    included) or ``rel`` leads out, which ``refuse`` makes a ConfinementError (a path the model
+    named, not one a walk found)."""
+    try:
+        with locate(workspace, rel) as found:
+            if found.st is None:
+                return None
+            return "/" if found.is_dir else ""
+    except ConfinementError:
+        if refuse:
+            raise
+        return None
+    except ToolError:
+        return None
 
 
-def _glob_result(found: list[str], pattern: str) -> str:
-    if not found:
-        return f"no files match {pattern!r}"
-    lines = found[:MAX_GLOB_RESULTS]
+def _glob_result(found: list[str], pattern: str, walk: _Walk) -> str:
+    lines = found[:MAX_GLOB_RESULTS] or [f"no files match {shown_pattern(pattern)}"]
     if len(found) > MAX_GLOB_RESULTS:
         lines.append(f"... {len(found) - MAX_GLOB_RESULTS} more matches not shown; narrow it")
+    if notice := walk.notice():
+        lines.append(notice)
     return "\n".join(lines)
 
 
 def grep(
-    workspace: Path, pattern: str, path: str = ".", glob: str | None = None, *, max_matches: int
+    workspace: Path, pattern: str, path: str = ".", glob: str | None = None, *, max_matches: int,
+    deadline: float | None = None,
 ) -> str:
     """Lines matching the regex ``pattern`` as ``relpath:lineno:line``, at most ``max_matches``.
 
-    Skips binary files (a NUL in the first 8 KiB), files over 5 MiB, VCS directories, and
-    symlinks whose real path is outside the workspace; ``glob`` filters file names (or
-    relative paths when it holds a '/').
+    Skips binary files (a NUL in the first 8 KiB), files over 5 MiB, files with several hard
+    links, VCS directories, and symlinks that lead out of the workspace; ``glob`` filters file
+    names (or relative paths when it holds a '/').
 
     Raises:
         ConfinementError: ``path`` leaves the workspace.
-        ToolError: a bad regex or a missing path.
+        ToolError: a bad regex or one that backtracks too much, a NUL in ``glob``, or a missing
+            path.
+        TimeoutError: ``deadline`` passed.
     """
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise ToolError(
-            f"bad regex {pattern!r}: {exc}", hint="grep takes a Python regex; escape ( [ . etc."
-        ) from exc
-    real = resolve_in_workspace(workspace, path, must_exist=True)
-    shown = display_path(path)
-    root = workspace_root(workspace)
+    compiled = compile_regex(pattern)
+    if glob is not None and "\x00" in glob:
+        raise ToolError(f"glob {glob!r} contains a NUL byte",
+                        hint="drop the NUL byte; e.g. glob='*.py'")
     name_filter = glob_regex(glob) if glob else None
+    shown = display_path(path)
     matches: list[str] = []
     more = 0
-    skipped = 0
-    for rel, full in _files(real, root, name_filter, by_path=bool(glob and "/" in glob)):
-        lines = _text_lines(full)
-        if lines is None:
-            skipped += 1
-            continue
-        if not rel:
-            where = shown  # path named a single file
-        else:
-            where = rel if shown == "." else posixpath.join(shown, rel)
-        for lineno, line in enumerate(lines, start=1):
-            if regex.search(line):
+    skipped = {_Skip.BIG: 0, _Skip.LINKED: 0}
+    walk = _Walk()
+    with locate(workspace, path) as top:
+        if top.st is None:
+            raise ToolError(f"no such file: {path}",
+                            hint="call list_dir or glob to see what exists")
+        files = _texts(workspace, top, name_filter, bool(glob and "/" in glob), walk, deadline)
+        for rel, text in files:
+            if isinstance(text, _Skip):
+                skipped[text] += 1
+                continue
+            where = shown if not rel else rel if shown == "." else posixpath.join(shown, rel)
+            for lineno, line in search_lines(compiled, text.splitlines(), where, deadline):
                 if len(matches) < max_matches:
                     matches.append(f"{where}:{lineno}:{_cut(line)}")
                 else:
                     more += 1
-    if not matches:
-        note = f" ({skipped} binary or large files skipped)" if skipped else ""
-        return f"no matches for {pattern!r} in {shown}{note}"
-    if more:
-        matches.append(f"... {more} more matches not shown; narrow the pattern, path or glob")
-    return "\n".join(matches)
+    if matches:
+        if more:
+            matches.append(f"... {more} more matches not shown; narrow the pattern, path or glob")
+        out = "\n".join(matches)
+    else:
+        notes = []
+        if skipped[_Skip.BIG]:
+            notes.append(f"{skipped[_Skip.BIG]} binary or large files skipped")
+        if skipped[_Skip.LINKED]:
+            notes.append(f"{skipped[_Skip.LINKED]} files with several hard links skipped: "
+                         "another link may lie outside the workspace")
+        note = f" ({'; '.join(notes)})" if notes else ""
+        out = f"no matches for {shown_pattern(pattern)} in {shown}{note}"
+    notice = walk.notice()
+    return f"{out}\n{notice}" if notice else out
 
 
-def _files(
-    real: Path, root: str, name_filter: re.Pattern[str] | None, by_path: bool
-) -> Iterator[tuple[str, str]]:
-    """(relative path from ``real``, full path) of each searchable file, sorted."""
-    if not real.is_dir():
-        yield "", str(real)
+def _texts(workspace: Path, top: Located, name_filter: Any, by_path: bool, walk: _Walk,
+           deadline: float | None) -> Iterator[tuple[str, str | _Skip]]:
+    """(path relative to ``top``, its text or why it is not searched) of each file to search,
+    in walk order."""
+    if not top.is_dir:
+        if top.fd is not None:
+            yield "", _text(top.fd, deadline)
         return
-    for dirpath, dirnames, filenames in os.walk(real, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-        sub = os.path.relpath(dirpath, real).replace(os.sep, "/")
-        for name in sorted(filenames):
-            rel = posixpath.normpath(posixpath.join(sub, name))
-            if name_filter is not None:
-                target = rel if by_path else name
-                if not name_filter.fullmatch(target):
-                    continue
-            full = os.path.join(dirpath, name)
-            if os.path.islink(full) and not is_inside(root, os.path.realpath(full)):
+    assert top.fd is not None
+    for sub, fd, entries in _tree(top.fd, walk, deadline, lambda n: n not in SKIP_DIRS):
+        for entry in entries:
+            rel = f"{sub}/{entry.name}" if sub else entry.name
+            if name_filter is not None and not _bounded(
+                    name_filter.fullmatch, rel if by_path else entry.name, deadline,
+                    lambda: "to match the glob against one path"):
                 continue
-            yield rel, full
+            if entry.is_symlink():
+                text = _linked_text(workspace, posixpath.join(top.real, rel), deadline)
+            elif entry.is_file(follow_symlinks=False):
+                text = _text_at(fd, entry.name, deadline)
+            else:
+                continue
+            if text is not None:
+                yield rel, text
 
 
-def _text_lines(full: str) -> list[str] | None:
+def _linked_text(workspace: Path, rel: str, deadline: float | None) -> str | _Skip | None:
+    """The text of the file the symlink ``rel`` (from the root) leads to; None when it leads
+    out, to a directory or to nothing (not a file to search)."""
     try:
-        if not os.path.isfile(full) or os.path.getsize(full) > MAX_GREP_FILE_BYTES:
-            return None
-        with open(full, "rb") as handle:
-            data = handle.read()
+        with open_regular(workspace, rel) as found:
+            assert found.fd is not None
+            return _text(found.fd, deadline)
+    except ConfinementError as exc:
+        return _Skip.LINKED if "hard links" in exc.message else None
+    except ToolError:
+        return None
+
+
+def _text_at(dir_fd: int, name: str, deadline: float | None) -> str | _Skip | None:
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
     except OSError:
-        return None
+        return None  # gone, or swapped for a link since it was listed
+    try:
+        return _text(fd, deadline)
+    finally:
+        os.close(fd)
+
+
+def _text(fd: int, deadline: float | None) -> str | _Skip:
+    """The decoded text of the open file ``fd``, or why it is not searched."""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_GREP_FILE_BYTES:
+            return _Skip.BIG
+        if st.st_nlink > 1:
+            return _Skip.LINKED
+        pieces = []
+        while piece := os.read(fd, 1 << 16):
+            check_deadline(deadline)
+            pieces.append(piece)
+            if sum(map(len, pieces)) > MAX_GREP_FILE_BYTES:  # it grew since the fstat
+                return _Skip.BIG
+    except TimeoutError:  # an OSError too, but the deadline, not an unreadable file
+        raise
+    except OSError:
+        return _Skip.BIG
+    data = b"".join(pieces)
     if b"\x00" in data[:8192]:
-        return None
-    return data.decode("utf-8", errors="replace").splitlines()
+        return _Skip.BIG
+    return data.decode("utf-8", errors="replace")
 
 
 def _cut(line: str) -> str:
@@ -215,7 +458,9 @@ def _cut(line: str) -> str:
 
 
 async def _glob(args: dict[str, Any], ctx: ToolContext) -> str:
-    return await anyio.to_thread.run_sync(lambda: glob(ctx.workspace, args["pattern"]))
+    return await anyio.to_thread.run_sync(
+        lambda: glob(ctx.workspace, args["pattern"], deadline=ctx.deadline)
+    )
 
 
 async def _grep(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -226,8 +471,8 @@ async def _grep(args: dict[str, Any], ctx: ToolContext) -> str:
             args.get("path", "."),
             args.get("glob"),
             max_matches=ctx.settings.grep_max_matches,
-        ),
-        abandon_on_cancel=True,
+            deadline=ctx.deadline,
+        )
     )
 
 
@@ -236,6 +481,7 @@ GLOB = Tool(
     "Find files by glob pattern, e.g. '**/*.py'.",
     schema(["pattern"], pattern=prop("string", "glob relative to the workspace")),
     _glob,
+    timeout_s=CALL_TIMEOUT_S,
 )
 GREP = Tool(
     "grep",
@@ -247,4 +493,5 @@ GREP = Tool(
         glob=prop("string", "only files whose name matches, e.g. '*.py'"),
     ),
     _grep,
+    timeout_s=CALL_TIMEOUT_S,
 )

@@ -32,10 +32,18 @@ from pathlib import Path
 from typing import IO, Any
 
 import anyio
+from anyio.abc import Process
 
 from gliding.config.settings import ToolSettings
 from gliding.errors import ToolError
 from gliding.tools.base import Tool, ToolContext, prop, schema
+from gliding.tools.sandbox import (
+    Sandbox,
+    bwrap_problem,
+    identity_fds,
+    make_pids_cgroup,
+    remove_cgroup,
+)
 from gliding.tools.workspace import workspace_root
 
 TAIL_BYTES = 2048  # the last bytes of output kept for check evidence
@@ -108,7 +116,11 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-_MARK_THEN_RUN = 'echo $$ > "$1" && exec /bin/bash -c "$0"'  # $0 the command, $1 the mark
+# on the host, before the sandbox: join the command's pids cgroup ($0, may be empty), write the
+# pid to the mark ($1, may be empty), then become the sandbox (the rest); the pid stays the
+# session leader that stop_orphan looks for
+_ENTER = ('if [ -n "$0" ]; then echo $$ > "$0/cgroup.procs" || exit 126; fi; '
+          'if [ -n "$1" ]; then echo $$ > "$1" || exit 126; fi; shift; exec "$@"')
 
 
 def stop_orphan(began: Path) -> bool:
@@ -138,32 +150,59 @@ def stop_orphan(began: Path) -> bool:
 
 async def run_command(
     command: str, workspace: Path, settings: ToolSettings, *, timeout_s: float | None = None,
-    began: Path | None = None,
+    began: Path | None = None, sandbox: Sandbox | None = None,
 ) -> CommandResult:
-    """Run ``command`` with bash in the workspace sandbox and wait for it and its group.
+    """Run ``command`` with bash in the workspace, confined by ``sandbox`` (by default the one
+    ``settings`` ask for), and wait for it and every process it started.
 
     Raises:
-        ToolError: the workspace is missing or bash cannot be started.
+        ToolError: the workspace is missing, the sandbox cannot run, or bash cannot be started.
     """
     cwd = workspace_root(workspace)
     if not os.path.isdir(cwd):
         raise ToolError(f"workspace {cwd} does not exist")
+    box = sandbox if sandbox is not None else Sandbox.of(settings)
+    if box.confined and (problem := await anyio.to_thread.run_sync(bwrap_problem,
+                                                                   box.bwrap)) is not None:
+        raise ToolError(f"the command sandbox cannot run: {problem}",
+                        hint="install bubblewrap, or set tools.sandbox: off")
     timeout = settings.bash.timeout_s if timeout_s is None else timeout_s
     flood_limit = settings.bash.archive_max_bytes
+    with anyio.CancelScope(shield=True):  # made, it is removed below whatever happens
+        cgroup = (await anyio.to_thread.run_sync(make_pids_cgroup, box.limits.processes)
+                  if box.confined else None)
     try:
-        argv = (["/bin/bash", "-c", command] if began is None else
-                ["/bin/bash", "-c", _MARK_THEN_RUN, command, str(began)])
-        proc = await anyio.open_process(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            env=filtered_env(settings.env_allow),
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise ToolError(f"cannot start bash: {exc}") from exc
+        identity = identity_fds() if box.confined else (-1, -1)
+        try:
+            argv = ["/bin/bash", "-c", _ENTER, str(cgroup or ""), str(began or ""),
+                    *box.argv(command, Path(cwd), identity)]
+            proc = await anyio.open_process(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=box.env(filtered_env(settings.env_allow)),
+                start_new_session=True,
+                pass_fds=[fd for fd in identity if fd >= 0],
+            )
+        except OSError as exc:
+            raise ToolError(f"cannot start bash: {exc}") from exc
+        finally:
+            for fd in identity:
+                if fd >= 0:
+                    os.close(fd)
+        return await _wait(proc, settings, timeout, flood_limit)
+    finally:
+        if cgroup is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(remove_cgroup, cgroup)
+
+
+async def _wait(proc: Process, settings: ToolSettings, timeout: float,
+                flood_limit: int) -> CommandResult:
+    """Read the output of ``proc`` while it runs; kill its group when it ends, times out or
+    floods."""
     pgid = proc.pid  # start_new_session: bash leads a new session and process group
     started = anyio.current_time()
     # the output is kept whole up to the archive cap: in memory up to max_output_bytes, then
@@ -240,7 +279,8 @@ def _read_all(kept: IO[bytes]) -> bytes:
 
 
 async def _bash(args: dict[str, Any], ctx: ToolContext) -> str:
-    result = await run_command(args["command"], ctx.workspace, ctx.settings, began=ctx.began)
+    result = await run_command(args["command"], ctx.workspace, ctx.settings, began=ctx.began,
+                               sandbox=ctx.sandbox)
     return result.render()
 
 

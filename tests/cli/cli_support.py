@@ -10,14 +10,16 @@ with the code. Both give a ``CLIResult`` and see an environment without ``GLIDIN
 
 An in-process run changes process-wide state, and ``invoke`` puts all of it back afterwards:
 ``os.environ``, the cwd, the app's ``--config`` (``gliding.cli.app._state``), structlog's
-configuration (each command configures logging to the runner's stderr) and the contextvars
-bound to log lines. Loggers are not cached on first use during the run, so no module-level
+configuration (each command configures logging to the runner's stderr), the handlers of the
+standard ``logging`` root logger (``log_format: json`` adds one) and the contextvars bound to
+log lines. Loggers are not cached on first use during the run, so no module-level
 logger keeps the runner's (closed) stderr or log level for the tests that follow.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -99,6 +101,7 @@ def _isolated(cwd: Path, env: Mapping[str, str]) -> Iterator[None]:
     saved_state = dict(_state)
     saved_logging = structlog.get_config() if structlog.is_configured() else None
     saved_context = structlog.contextvars.get_contextvars()
+    saved_handlers = list(logging.getLogger().handlers)
     configure_logging = logs.configure_logging
 
     def configure_uncached(level: str, fmt: str) -> None:
@@ -115,6 +118,7 @@ def _isolated(cwd: Path, env: Mapping[str, str]) -> Iterator[None]:
     finally:
         logs.configure_logging = configure_logging
         _restore_logging(saved_logging, saved_context)
+        logging.getLogger().handlers[:] = saved_handlers
         _state.clear()
         _state.update(saved_state)
         os.chdir(saved_cwd)

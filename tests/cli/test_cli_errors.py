@@ -134,7 +134,8 @@ def test_unusable_data_dir_leaves_no_workspace_behind(tmp_path: Path) -> None:
     result = run_in(tmp_path, "run", "task.yaml", "--data-dir", "a-file", "-q")
 
     assert result.code != 0, result
-    assert "cannot create archive directory" in result.stderr, result
+    assert "cannot use the data dir" in result.stderr, result
+    assert "check that the data dir is writable" in result.stderr, result
     assert "Traceback" not in result.stderr
     assert tree(tmp_path) == {"task.yaml", "a-file"}
 

@@ -102,7 +102,7 @@ MALFORMED_TASKS: list[tuple[str, str, str]] = [
     (
         "negative_turns",
         "goal: x\nbudgets:\n  turns: -1\n",
-        "task.yaml:3: budgets.turns: must be at least 1, got -1",
+        "task.yaml:3: budgets.turns: must be from 1 to 10000, got -1",
     ),
     (
         "zero_turns_for_a_role",

@@ -288,11 +288,11 @@ names = st.text(
     model_path=st.none() | names,
     n_threads=st.none() | st.integers(1, 512),
     temperature=st.floats(0.0, 2.0),
-    seed=st.integers(-(2**63), 2**63 - 1),
+    seed=st.integers(0, 2**32 - 1),
     env_allow=st.lists(names, max_size=4).map(tuple),
-    timeout_s=st.floats(min_value=1e-6, max_value=1e9),
+    timeout_s=st.floats(min_value=1e-6, max_value=3600),
     log_level=st.sampled_from(["debug", "info", "warning", "error"]),
-    max_corrections=st.integers(0, 10**6),
+    max_corrections=st.integers(0, 100),
 )
 def test_settings_as_yaml_reads_back_to_equal_settings(
     tmp_path: Path,
@@ -328,7 +328,9 @@ def test_settings_keys_and_env_names() -> None:
     assert keys[:3] == [("data_dir",), ("log_level",), ("log_format",)]
     assert ("llm", "local", "n_ctx") in keys
     assert ("llm", "local") not in keys  # sections are not keys
-    assert len(keys) == len(set(keys)) == 21 + 21 + 7  # 21 under context:, 7 under memory:
+    # 21 under context:, 7 under memory:, 4 under mcp:, 35 elsewhere (21 under tools:: 6
+    # sandbox, 8 web)
+    assert len(keys) == len(set(keys)) == 21 + 35 + 7 + 4
     assert env_var_name(("llm", "local", "n_ctx")) == "GLIDING_LLM__LOCAL__N_CTX"
 
 

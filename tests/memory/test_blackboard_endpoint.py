@@ -8,6 +8,8 @@ answers, empty it before each test and stop it at the end.
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -58,6 +60,41 @@ def test_an_endpoint_that_does_not_answer_times_out() -> None:
             board.query("ASK { ?s ?p ?o }", timeout_s=0.2)
         with pytest.raises(QueryTimeout):
             board.get(step(1)["@id"], graph=G1)
+
+
+def test_an_endpoint_that_trickles_its_answer_times_out_at_the_deadline() -> None:
+    """Oxigraph streams results row by row, so a slow query keeps each read short: the
+    timeout must bound the whole answer, not each read."""
+    stop = threading.Event()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def trickle() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: "
+                                   b"application/sparql-results+json\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n")
+                while not stop.wait(0.02):  # one byte every 20 ms, for ever
+                    try:
+                        connection.sendall(b"1\r\n \r\n")
+                    except OSError:  # the client gave up
+                        return
+
+        server = threading.Thread(target=trickle, daemon=True)
+        server.start()
+        board = SparqlEndpointBlackboard.for_oxigraph(
+            f"http://127.0.0.1:{listener.getsockname()[1]}")
+        start = time.monotonic()
+        try:
+            with pytest.raises(QueryTimeout):
+                board.query("SELECT * WHERE { ?s ?p ?o }", timeout_s=0.5)
+            assert time.monotonic() - start < 1.5
+        finally:
+            stop.set()
+            server.join()
 
 
 @pytest.mark.parametrize(

@@ -137,3 +137,10 @@ def test_escapes_past_unicode_are_left_to_the_parser() -> None:
 def test_max_limit_must_be_positive() -> None:
     with pytest.raises(QueryError):
         check_read_only_query("SELECT * { ?s ?p ?o }", max_limit=0)
+
+
+def test_a_refusal_does_not_repeat_a_long_first_word() -> None:
+    with pytest.raises(QueryError) as caught:
+        check_read_only_query("X" * 90_000 + " { ?s ?p ?o }", max_limit=7)
+    assert "not a read-only query" in caught.value.message
+    assert len(str(caught.value)) < 200

@@ -168,8 +168,8 @@ class Model:
 
     def take(self, state: SupervisorState, m: Input) -> None:
         """Record an input the supervisor accepted in ``state`` (the state before it)."""
-        if isinstance(m, TimeUp):
-            self.stopped = "budget"
+        if isinstance(m, TimeUp):  # an earlier stop keeps its reason (a failed role: error)
+            self.stopped = self.stopped or "budget"
             return
         if m.role != supervisor.RUNNER:
             self.turns[m.role] = self.turns.get(m.role, 0) + m.turns

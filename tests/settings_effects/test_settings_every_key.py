@@ -47,6 +47,26 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "tools.grep_max_matches": [
         "test_settings_tools.test_grep_max_matches_caps_the_matches_grep_returns"],
     "tools.env_allow": ["test_settings_tools.test_env_allow_is_the_list_of_variables_bash_sees"],
+    "tools.web.allow": ["test_settings_web.test_web_allow_admits_what_the_guard_refuses"],
+    "tools.web.max_bytes": ["test_settings_web.test_web_max_bytes_cuts_the_body"],
+    "tools.web.timeout_s": ["test_settings_web.test_web_timeout_s_bounds_a_fetch"],
+    "tools.web.max_redirects": ["test_settings_web.test_web_max_redirects_bounds_the_hops"],
+    "tools.web.user_agent": ["test_settings_web.test_web_user_agent_is_what_servers_see"],
+    "tools.web.search.provider": [
+        "test_settings_web.test_web_search_provider_offers_web_search"],
+    "tools.web.search.url": ["test_settings_web.test_web_search_url_is_the_service_asked"],
+    "tools.web.search.timeout_s": [
+        "test_settings_web.test_web_search_timeout_s_bounds_a_search"],
+    "tools.sandbox": ["test_settings_tools.test_sandbox_decides_whether_a_command_sees_the_host"],
+    "tools.network": ["test_settings_tools.test_network_lets_a_sandboxed_command_connect"],
+    "tools.limits.cpu_s": [
+        "test_settings_tools.test_limits_cpu_s_kills_a_process_past_its_cpu_seconds"],
+    "tools.limits.memory_mb": [
+        "test_settings_tools.test_limits_memory_mb_bounds_what_a_process_may_allocate"],
+    "tools.limits.processes": [
+        "test_settings_tools.test_limits_processes_bounds_how_many_a_command_runs_at_once"],
+    "tools.limits.file_size_mb": [
+        "test_settings_tools.test_limits_file_size_mb_bounds_the_files_a_command_writes"],
     "tools.bash.timeout_s": ["test_settings_tools.test_bash_timeout_s_kills_a_slow_command"],
     "tools.bash.max_output_bytes": [
         "test_settings_tools.test_bash_max_output_bytes_is_what_stays_in_memory"],
@@ -126,6 +146,14 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "memory.recall.briefing_tokens": [
         "test_settings_memory.test_briefing_tokens_zero_leaves_the_blackboard_out_of_every_system_prompt",
         "test_settings_memory.test_briefing_tokens_positive_briefs_each_role_within_it"],
+    "mcp.servers": [
+        "test_settings_mcp.test_mcp_servers_from_the_config_file_become_tool_groups",
+        "test_settings_mcp.test_mcp_servers_from_the_environment_is_a_json_object"],
+    "mcp.timeout_s": ["test_settings_mcp.test_mcp_timeout_s_is_how_long_a_call_may_take"],
+    "mcp.startup_timeout_s": [
+        "test_settings_mcp.test_mcp_startup_timeout_s_is_how_long_a_server_may_take_to_start"],
+    "mcp.max_result_bytes": [
+        "test_settings_mcp.test_mcp_max_result_bytes_caps_the_text_a_call_returns"],
 }
 
 

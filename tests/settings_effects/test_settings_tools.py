@@ -3,6 +3,8 @@ returns (read back from the job's archive); the default is the control."""
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from pathlib import Path
 
@@ -88,13 +90,16 @@ PROBE = 'echo "probe=${GLIDE_PROBE:-unset} home=${HOME:-unset} token=${GLIDE_TOK
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        ({}, "probe=unset home={home} token=unset"),
+        ({}, "probe=unset home=/tmp token=unset"),
         ({"GLIDING_TOOLS__ENV_ALLOW": "PATH,GLIDE_PROBE,GLIDE_TOKEN"},
+         "probe=probe-value home=/tmp token=unset"),
+        # unconfined, HOME is the user's when env_allow lists it; in the sandbox it is its /tmp
+        ({"GLIDING_TOOLS__ENV_ALLOW": "PATH,GLIDE_PROBE", "GLIDING_TOOLS__SANDBOX": "off"},
          "probe=probe-value home=unset token=unset"),
-        ({"GLIDING_TOOLS__ENV_ALLOW": "PATH,HOME,GLIDE_PROBE"},
+        ({"GLIDING_TOOLS__ENV_ALLOW": "PATH,HOME,GLIDE_PROBE", "GLIDING_TOOLS__SANDBOX": "off"},
          "probe=probe-value home={home} token=unset"),
     ],
-    ids=["default", "probe_without_home", "probe_and_home"],
+    ids=["default", "probe", "probe_without_home_unconfined", "probe_and_home_unconfined"],
 )
 def test_env_allow_is_the_list_of_variables_bash_sees(
     tmp: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
@@ -107,6 +112,131 @@ def test_env_allow_is_the_list_of_variables_bash_sees(
     output = run_one_tool(tmp, settings, "bash", command=PROBE)
 
     assert output.splitlines() == ["exit code 0", expected.format(home=tmp)]
+
+
+# --- tools.sandbox, tools.network, tools.limits.* ---------------------------------------------
+
+HOST_VIEW = ("test -r /etc/shadow && echo shadow=readable || echo shadow=hidden; "
+             "test -d /root && echo root=there || echo root=hidden")
+
+
+@pytest.mark.parametrize(("value", "expected"),
+                         [(None, "shadow=hidden\nroot=hidden"),
+                          ("off", "shadow=readable\nroot=there")], ids=["default", "off"])
+def test_sandbox_decides_whether_a_command_sees_the_host(
+    tmp: Path, value: str | None, expected: str
+) -> None:
+    env = {} if value is None else {"GLIDING_TOOLS__SANDBOX": value}
+    settings = settings_from(tmp, env)
+    assert os.geteuid() == 0 and os.access("/etc/shadow", os.R_OK)  # the host has them
+
+    output = run_one_tool(tmp, settings, "bash", command=HOST_VIEW)
+
+    assert output == "exit code 0\n" + expected
+    assert DEFAULTS.sandbox == "bwrap"
+
+
+def _connect(port: int) -> str:
+    return (f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), "
+            "timeout=3); print(\"connected\")' 2>&1 | tail -1")
+
+
+@pytest.mark.parametrize("value", [None, "true"], ids=["default", "true"])
+def test_network_lets_a_sandboxed_command_connect(tmp: Path, value: str | None) -> None:
+    env = {} if value is None else {"GLIDING_TOOLS__NETWORK": value}
+    settings = settings_from(tmp, env)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        output = run_one_tool(tmp, settings, "bash", command=_connect(port))
+
+    if value is None:
+        assert DEFAULTS.network is False
+        assert "Connection refused" in output  # its own network namespace: no host loopback
+    else:
+        assert output.endswith("connected")
+
+
+@pytest.mark.parametrize("value", [None, "1"], ids=["default", "1"])
+def test_limits_cpu_s_kills_a_process_past_its_cpu_seconds(tmp: Path, value: str | None) -> None:
+    env = {} if value is None else {"GLIDING_TOOLS__LIMITS__CPU_S": value}
+    settings = settings_from(tmp, env)
+    spin = "timeout 3 python3 -c 'while True: pass'; echo status=$?"
+
+    output = run_one_tool(tmp, settings, "bash", command=spin)
+
+    if value is None:
+        assert DEFAULTS.limits.cpu_s > 3
+        assert output.endswith("status=124")  # timeout(1) stopped it first
+    else:
+        # the CPU limit killed it (SIGKILL, as soft and hard limit are one) well before 3 s
+        assert output.endswith("status=137") and "Killed" in output
+
+
+@pytest.mark.parametrize("value", [None, "200"], ids=["default", "200"])
+def test_limits_memory_mb_bounds_what_a_process_may_allocate(
+    tmp: Path, value: str | None
+) -> None:
+    env = {} if value is None else {"GLIDING_TOOLS__LIMITS__MEMORY_MB": value}
+    settings = settings_from(tmp, env)
+    grab = ("python3 -c 'b = bytearray(400 * 1024 * 1024); print(\"allocated\")' 2>&1 "
+            "| tail -1")
+
+    output = run_one_tool(tmp, settings, "bash", command=grab)
+
+    if value is None:
+        assert DEFAULTS.limits.memory_mb > 400
+        assert output.endswith("allocated")
+    else:
+        assert output.endswith("MemoryError")
+
+
+@pytest.mark.parametrize("value", [None, "20"], ids=["default", "20"])
+def test_limits_processes_bounds_how_many_a_command_runs_at_once(
+    tmp: Path, value: str | None
+) -> None:
+    env = {} if value is None else {"GLIDING_TOOLS__LIMITS__PROCESSES": value}
+    settings = settings_from(tmp, env)
+    many = ("python3 -c '\n"
+            "import os, time\n"
+            "n = 0\n"
+            "for _ in range(40):\n"
+            "    try:\n"
+            "        pid = os.fork()\n"
+            "    except OSError:\n"
+            "        break\n"
+            "    if pid == 0:\n"
+            "        time.sleep(2); os._exit(0)\n"
+            "    n += 1\n"
+            "print(\"forked\", n)'")
+
+    output = run_one_tool(tmp, settings, "bash", command=many)
+
+    forked = int(output.splitlines()[-1].split()[-1])
+    if value is None:
+        assert DEFAULTS.limits.processes > 45
+        assert forked == 40
+    else:
+        assert forked < 20  # the command's own processes count too: a fork past 20 fails
+
+
+@pytest.mark.parametrize("value", [None, "1"], ids=["default", "1"])
+def test_limits_file_size_mb_bounds_the_files_a_command_writes(
+    tmp: Path, value: str | None
+) -> None:
+    env = {} if value is None else {"GLIDING_TOOLS__LIMITS__FILE_SIZE_MB": value}
+    settings = settings_from(tmp, env)
+    write = "head -c 3000000 /dev/zero > big.bin; echo status=$?; stat -c %s big.bin"
+
+    output = run_one_tool(tmp, settings, "bash", command=write)
+
+    size = int(output.splitlines()[-1])
+    if value is None:
+        assert DEFAULTS.limits.file_size_mb > 3
+        assert size == 3_000_000
+    else:
+        assert size == 1024 * 1024
+        assert "status=153" in output  # 128 + SIGXFSZ
 
 
 # --- tools.bash.timeout_s ---------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from gliding.tools.base import (
     ToolGroupManager,
     ToolOutcome,
     ToolOutput,
+    Toolset,
     builtin_groups,
     prop,
     schema,
@@ -96,6 +99,7 @@ def test_builtin_groups() -> None:
         "check": ["run_checks"],
         "memory": ["read_result", "grep_result", "recall"],
         "knowledge": ["kg_search", "knowledge_query"],
+        "web": ["web_fetch"],  # web_search only with a search service (test_tools_web.py)
     }
     for name in manager.group_names:
         for tool in manager.group(name).tools:  # type: ignore[union-attr]
@@ -117,10 +121,10 @@ def test_without_long_term_memory_the_knowledge_group_is_left_out() -> None:
 def test_unknown_group_lists_known_groups() -> None:
     manager = job_groups(knowledge=NoKnowledge())
     expected = ("unknown tool group 'admin'; known groups: check, exec, knowledge, memory, read, "
-                "write")
+                "web, write")
     with pytest.raises(ToolError, match=expected):
         manager.toolset(["read", "admin"])
-    with pytest.raises(ToolError, match="known groups: check, exec, memory, read, write\n"):
+    with pytest.raises(ToolError, match="known groups: check, exec, memory, read, web, write\n"):
         job_groups().toolset(["knowledge", "admin"])  # unavailable is not unknown
 
 
@@ -210,6 +214,32 @@ async def test_a_tools_data_comes_back_with_its_outcome(ctx: ToolContext) -> Non
     assert await toolset.call("count", {}, ctx) == ToolOutcome(True, "2 things", {"count": 2})
     plain = await toolset.call("echo", {"text": "x"}, ctx)
     assert plain == ToolOutcome(True, "[('text', 'x')]") and plain.data == {}
+
+
+@pytest.mark.anyio
+async def test_a_tool_gets_the_tighter_deadline_and_its_own_timeouts_are_failures(
+    ctx: ToolContext,
+) -> None:
+    seen: list[float | None] = []
+
+    async def look(args: dict[str, Any], ctx: ToolContext) -> str:
+        seen.append(ctx.deadline)
+        return "looked"
+
+    async def socket_timeout(args: dict[str, Any], ctx: ToolContext) -> str:
+        raise TimeoutError("connect timed out")  # not the call's deadline
+
+    toolset = Toolset((Tool("look", "Look.", schema(), look, timeout_s=5),
+                       Tool("net", "Net.", schema(), socket_timeout, timeout_s=5)))
+    before = time.monotonic()
+    await toolset.call("look", {}, ctx)  # no wall budget: its own 5 s
+    await toolset.call("look", {}, dataclasses.replace(ctx, deadline=before + 1))
+    await toolset.call("look", {}, dataclasses.replace(ctx, deadline=before + 100))
+    assert seen[0] is not None and before + 5 <= seen[0] <= time.monotonic() + 5
+    assert seen[1] == before + 1
+    assert seen[2] is not None and seen[2] <= time.monotonic() + 5
+    assert await toolset.call("net", {}, ctx) == ToolOutcome(
+        False, "error: net failed: TimeoutError: connect timed out")
 
 
 class Tracked(ToolGroup):

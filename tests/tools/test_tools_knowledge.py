@@ -10,18 +10,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gliding.config.settings import ToolSettings
 from gliding.context.tokens import TokenCounter
+from gliding.errors import GlidingError
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.blackboard import QueryTimeout
+from gliding.memory.blackboard import QueryTimeout, Ref
 from gliding.memory.knowledge import KnowledgeMemory
 from gliding.memory.knowledge_access import MemoryAccess
+from gliding.memory.search import Hit
 from gliding.memory.vocabulary import NS
 from gliding.tools.base import SessionRecall, ToolContext, ToolOutcome, Toolset
 from gliding.tools.groups import job_groups
-from gliding.tools.knowledge import KG_SEARCH, KNOWLEDGE_QUERY, MAX_CHARS, KnowledgeAccess
+from gliding.tools.knowledge import (
+    KG_SEARCH,
+    KNOWLEDGE_QUERY,
+    LINE_CHARS,
+    MAX_CHARS,
+    KnowledgeAccess,
+    KnowledgeGroup,
+)
 from gliding.tools.readback import KNOWLEDGE_LABEL, SESSION_LABEL
 
 PREFIX = f"PREFIX gl: <{NS}>\n"
@@ -285,3 +297,91 @@ async def test_recall_keeps_the_session_when_long_term_memory_fails(
     assert kept.output.splitlines()[-1].startswith("[long-term memory failed: ")
     alone = await job(tmp_path, knowledge).use("recall", query="staging database port")
     assert not alone.ok and alone.output.startswith("error: long-term memory failed: ")
+
+
+# --- every answer within MAX_CHARS, whatever the nodes and the model's input -------------------
+
+
+LONG_IRI = f"{J1}/fact/" + "a" * 3900  # near vocabulary.MAX_IRI_CHARS
+HOSTILE_TEXTS = ["word " * 19_000, "x" * 99_000, "line\n" * 5000, "sep\u2028" * 5000,
+                 "padding " + "é😀" * 20_000]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("budget_tokens", [600, 100_000])
+async def test_kg_search_stays_within_max_chars_for_hostile_nodes(
+        tmp_path: Path, budget_tokens: int) -> None:
+    with OxigraphBlackboard.in_memory() as board:
+        memory = KnowledgeMemory(board, COUNT)
+        for i, text in enumerate(HOSTILE_TEXTS * 12):
+            memory.board.put({"@id": f"{LONG_IRI}{i}" if i % 2 else f"{J1}/fact/{i}",
+                              "@type": "Fact", "partOf": J1, "text": f"padding {text}"},
+                             graph=J1)
+        wired = MemoryAccess(memory, COUNT, budget_tokens)
+        j = job(tmp_path, wired)
+        for args in ({"query": "padding word line sep", "k": 50}, {"query": "padding"},
+                     {"query": "q" * 20_000}, {"query": "padding " * 5000, "k": 50}):
+            out = await j.use("kg_search", **args)
+            assert out.ok and len(out.output) <= MAX_CHARS, (args, len(out.output))
+            shown = out.output.splitlines()
+            assert all(len(line) <= LINE_CHARS for line in shown)
+            assert all(line.startswith(("Fact gliding://job/j1/fact/", "[", "nothing found"))
+                       for line in shown), shown
+        found = await j.use("kg_search", query="padding word", k=50)
+        whole = [line for line in found.output.splitlines() if "/fact/a" not in line]
+        assert whole and all(line.split(" ")[1].rstrip(":").startswith(f"{J1}/fact/")
+                             for line in whole)  # short IRIs come whole, only texts are cut
+
+
+HITS = st.lists(st.builds(Hit, iri=st.text(), type=st.text(), graph=st.just(J1),
+                          score=st.just(1.0), text=st.text()), max_size=60)
+
+
+class Canned:
+    """A KnowledgeAccess that answers ``hits`` to every search, or raises ``error``."""
+
+    def __init__(self, hits: list[Hit], error: GlidingError | None = None) -> None:
+        self.hits, self.error = hits, error
+
+    def recall(self, query: str) -> str:
+        return ""
+
+    def search(self, query: str, k: int | None = None) -> list[Hit]:
+        if self.error is not None:
+            raise self.error
+        return self.hits
+
+    def query(self, sparql: str) -> list[dict[str, Any]]:
+        if self.error is not None:
+            raise self.error
+        return [{"v": hit.text, "iri": Ref(hit.iri)} for hit in self.hits]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hits=HITS, query=st.text(min_size=1).filter(str.strip),
+       message=st.text(), hint=st.one_of(st.none(), st.text()),
+       scale=st.integers(min_value=1, max_value=400))
+def test_no_answer_or_error_passes_max_chars(hits: list[Hit], query: str, message: str,
+                                            hint: str | None, scale: int) -> None:
+    hits = [Hit(h.iri * scale, h.type * scale, h.graph, h.score, h.text * scale) for h in hits]
+
+    async def answers() -> list[ToolOutcome]:
+        ctx = ToolContext(Path("."), ToolSettings())
+        found = Toolset(KnowledgeGroup(Canned(hits)).tools)
+        failing = Toolset(KnowledgeGroup(Canned(hits, GlidingError(
+            message * scale, hint=None if hint is None else hint * scale))).tools)
+        return [await found.call("kg_search", {"query": query * scale}, ctx),
+                await found.call("knowledge_query", {"sparql": query * scale}, ctx),
+                await failing.call("kg_search", {"query": query}, ctx),
+                await failing.call("knowledge_query", {"sparql": query}, ctx)]
+
+    for out in anyio.run(answers):
+        assert len(out.output) <= MAX_CHARS, (len(out.output), out.output[:80])
+
+
+@pytest.mark.anyio
+async def test_a_refused_query_does_not_echo_the_whole_query(
+        tmp_path: Path, knowledge: KnowledgeMemory) -> None:
+    out = await job(tmp_path, knowledge).use("knowledge_query", sparql="x" * 60_000)
+    assert not out.ok and "not a read-only query" in out.output
+    assert len(out.output) <= 300

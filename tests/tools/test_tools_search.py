@@ -46,6 +46,11 @@ def test_glob_regex(pattern: str, path: str, matches: bool) -> None:
     assert bool(glob_regex(pattern).fullmatch(path)) is matches
 
 
+def test_a_run_of_double_stars_is_one() -> None:
+    assert glob_regex("**/**/**/*.py").pattern == glob_regex("**/*.py").pattern
+    assert glob_regex("a/**/**").fullmatch("a/b/c")
+
+
 def test_glob_matches_sorted_relative(tree: Path) -> None:
     assert glob(tree, "**/*.py") == "main.py\nsrc/pkg/mod.py"
     assert glob(tree, "src/*") == "src/pkg/\nsrc/readme.md"

@@ -1,4 +1,8 @@
-"""The bash sandbox with real subprocesses: group kill, env filtering, output caps."""
+"""``run_command`` with real subprocesses: group kill, env filtering, output caps.
+
+The tests that look at host pids or at files outside the workspace from inside the command
+check the unconfined mode (``tools.sandbox: off``) and say so; tests/tools/test_sandbox.py
+proves the same guarantees for the bubblewrap sandbox from the host side."""
 
 from __future__ import annotations
 
@@ -67,6 +71,7 @@ async def test_cwd_is_workspace_and_stdin_is_empty(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_runaway_group_is_killed_with_children(tmp_path: Path) -> None:
+    # unconfined, so the pids the command prints are host pids this test can watch
     command = (
         "sleep 1000 & echo $!\n"
         "bash -c 'sleep 1000 & echo $!; wait' &\n"
@@ -75,7 +80,7 @@ async def test_runaway_group_is_killed_with_children(tmp_path: Path) -> None:
         "sleep 1000\n"
     )
     started = time.monotonic()
-    result = await run_command(command, tmp_path, _settings(timeout_s=1))
+    result = await run_command(command, tmp_path, _settings(timeout_s=1, sandbox="off"))
     elapsed = time.monotonic() - started
     assert result.timed_out
     assert result.exit_code is None
@@ -88,8 +93,10 @@ async def test_runaway_group_is_killed_with_children(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_background_jobs_die_when_command_returns(tmp_path: Path) -> None:
+    # unconfined: the printed pid is a host pid
     started = time.monotonic()
-    result = await run_command("sleep 1000 & echo $!", tmp_path, _settings(timeout_s=20))
+    result = await run_command("sleep 1000 & echo $!", tmp_path,
+                                _settings(timeout_s=20, sandbox="off"))
     assert time.monotonic() - started < 5
     assert result.exit_code == 0
     pids = _pids(result.output)
@@ -99,9 +106,10 @@ async def test_background_jobs_die_when_command_returns(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_cancellation_kills_the_group(tmp_path: Path) -> None:
+    # unconfined: the pids written to the file are host pids
     command = "sleep 1000 & echo $! > pids; bash -c 'sleep 1000' & echo $! >> pids; wait"
     with anyio.move_on_after(1) as scope:
-        await run_command(command, tmp_path, _settings(timeout_s=60))
+        await run_command(command, tmp_path, _settings(timeout_s=60, sandbox="off"))
     assert scope.cancelled_caught
     pids = _pids((tmp_path / "pids").read_text())
     assert len(pids) == 2
@@ -219,11 +227,13 @@ async def test_bash_tool_failure_is_ok_outcome(tmp_path: Path) -> None:
 
 
 def test_a_command_marks_that_it_began_before_it_runs(tmp_path: Path) -> None:
+    # unconfined, so the command can see the mark outside the workspace; sandboxed it cannot
+    # (test_sandbox.py)
     mark = tmp_path / "began"
     ws = tmp_path / "ws"
     ws.mkdir()
-    result = anyio.run(lambda: run_command('ls ../began; echo "$0" "$1"', ws, _settings(),
-                                           began=mark))
+    result = anyio.run(lambda: run_command('ls ../began; echo "$0" "$1"', ws,
+                                           _settings(sandbox="off"), began=mark))
     assert mark.exists()
     assert result.ok and result.output.startswith("../began")  # there when the command ran
     assert "/bin/bash" in result.output  # the command sees bash's own $0, not ours

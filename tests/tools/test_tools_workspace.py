@@ -1,4 +1,4 @@
-"""Confinement: resolve_in_workspace and every path-taking tool refuse paths that leave."""
+"""Confinement: resolve_in_workspace, locate and every path-taking tool refuse paths that leave."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from gliding.config.settings import ToolSettings
 from gliding.errors import ConfinementError, ToolError
 from gliding.tools import files, search
 from gliding.tools.base import ToolContext, ToolGroupManager, builtin_groups
-from gliding.tools.workspace import resolve_in_workspace
+from gliding.tools.workspace import locate, open_regular, resolve_in_workspace
 
 
 @pytest.fixture
@@ -147,3 +147,43 @@ def test_toolset_reports_confinement_to_model(ws: Path) -> None:
         assert output.startswith("error: ")
         assert "workspace" in output
     assert not (ws.parent / "outside" / "x.txt").exists()
+
+
+def test_locate_follows_links_that_stay_inside_and_refuses_the_rest(ws: Path) -> None:
+    (ws / "a" / "up").symlink_to("../b.txt")  # relative, through '..'
+    with locate(ws, "inlink.txt") as found:  # absolute, inside
+        assert found.real == "b.txt" and found.fd is not None and not found.is_dir
+    with locate(ws, "a/up") as found:
+        assert found.real == "b.txt"
+    with locate(ws, "a/../a") as found:
+        assert found.real == "a" and found.is_dir
+    with locate(ws, ".") as found:
+        assert found.real == "." and found.name == "" and found.is_dir
+    for rel in ["link.txt", "linkdir/secret.txt", "a/../.."]:
+        with pytest.raises(ConfinementError, match="workspace"):
+            locate(ws, rel)
+
+
+def test_locate_says_what_is_wrong_with_a_path(ws: Path) -> None:
+    (ws / "loop").symlink_to("loop")
+    with pytest.raises(ToolError, match="more than 40 symlinks"):
+        locate(ws, "loop")
+    with pytest.raises(ToolError, match="b.txt is not a directory"):
+        locate(ws, "b.txt/x")
+    with pytest.raises(ToolError, match="no such file: new/x.txt"):
+        locate(ws, "new/x.txt")
+    with locate(ws, "new/deeper/x.txt", make_dirs=True) as found:
+        assert found.fd is None and found.st is None and found.name == "x.txt"
+    assert (ws / "new" / "deeper").is_dir()
+
+
+def test_a_missing_file_and_a_refused_one_say_so(ws: Path) -> None:
+    with pytest.raises(ToolError, match="no such file: nope.txt"):
+        open_regular(ws, "nope.txt")
+    with pytest.raises(ToolError, match="a is a directory"):
+        open_regular(ws, "a")
+    os.mkfifo(ws / "fifo")
+    with pytest.raises(ToolError, match="fifo is a FIFO, not a regular file"):
+        open_regular(ws, "fifo")
+    with open_regular(ws, "inlink.txt") as found:
+        assert found.fd is not None and os.read(found.fd, 100) == b"inside\n"

@@ -1,4 +1,5 @@
-"""What the RDF backends share: pyoxigraph terms to result values, and the text of a put.
+"""What the RDF backends share: pyoxigraph terms to result values, answers read from the wire
+(SPARQL JSON results, N-Triples), and the text of a put.
 
 Both backends write a node with the same SPARQL update: delete the node's triples in its graph,
 then insert the new ones, in one request, which Oxigraph (and SPARQL 1.1 endpoints generally)
@@ -10,10 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pyoxigraph import BlankNode, Literal, NamedNode, Quad, QuerySolution
+from pyoxigraph import (
+    BlankNode,
+    Literal,
+    NamedNode,
+    Quad,
+    QueryBoolean,
+    QueryResultsFormat,
+    QuerySolution,
+    QuerySolutions,
+    RdfFormat,
+    parse,
+    parse_query_results,
+)
 from pyoxigraph import Triple as OxTriple
 
-from gliding.memory.blackboard import Ref, Triple, TypedLiteral, Value
+from gliding.memory.blackboard import BlackboardError, Ref, Triple, TypedLiteral, Value
 from gliding.memory.vocabulary import literal_value
 
 
@@ -58,6 +71,43 @@ def to_triple(triple: OxTriple | Quad) -> Triple:
 def triple_rows(triples: Iterable[Triple]) -> list[dict[str, Value]]:
     """The rows ``Blackboard.query`` returns for CONSTRUCT and DESCRIBE."""
     return [{"subject": t.subject, "predicate": t.predicate, "object": t.object} for t in triples]
+
+
+def result_rows(body: bytes, source: str) -> list[dict[str, Value]]:
+    """The rows of a SELECT or ASK answer in SPARQL JSON results (``[{"boolean": b}]`` for ASK).
+
+    Raises:
+        BlackboardError: ``body`` is not SPARQL JSON results (``source`` names who answered).
+    """
+    result = parse_results(body, source)
+    if isinstance(result, QueryBoolean):
+        row: dict[str, Value] = {"boolean": bool(result)}
+        return [row]
+    return solution_rows(result, [v.value for v in result.variables])
+
+
+def parse_results(body: bytes, source: str) -> QuerySolutions | QueryBoolean:
+    """``body`` read as SPARQL JSON results.
+
+    Raises:
+        BlackboardError: it is not (``source`` names who answered).
+    """
+    try:
+        return parse_query_results(body, format=QueryResultsFormat.JSON)
+    except (SyntaxError, ValueError) as exc:
+        raise BlackboardError(f"{source} answered bad SPARQL JSON results: {exc}") from exc
+
+
+def ntriples_triples(body: bytes, source: str) -> list[Triple]:
+    """The triples of a CONSTRUCT or DESCRIBE answer in N-Triples.
+
+    Raises:
+        BlackboardError: ``body`` is not N-Triples (``source`` names who answered).
+    """
+    try:
+        return [to_triple(t) for t in parse(body, format=RdfFormat.N_TRIPLES)]
+    except (SyntaxError, ValueError) as exc:
+        raise BlackboardError(f"{source} answered bad N-Triples: {exc}") from exc
 
 
 def replace_node_update(subject: NamedNode, graph: NamedNode, quads: Iterable[Quad]) -> str:

@@ -1,9 +1,9 @@
 """Blackboard on a SPARQL 1.1 endpoint over HTTP, for several processes or hosts sharing one graph.
 
-Speaks the SPARQL 1.1 Protocol with the standard library only (``urllib.request``): queries are
+Speaks the SPARQL 1.1 Protocol with the standard library only (``http.client``): queries are
 POSTed as ``application/sparql-query`` (answers read as SPARQL JSON results or N-Triples),
 writes as ``application/sparql-update`` to the update endpoint. ``graph=`` on a query becomes the
-``default-graph-uri`` parameter. Proxies from the environment are ignored: the endpoint is
+``default-graph-uri`` parameter. Proxies from the environment are not used: the endpoint is
 reached directly. Tested against ``oxigraph serve``, which runs each update request as one
 transaction; start it without ``--union-default-graph`` so ``count()`` sees each triple once.
 
@@ -12,34 +12,32 @@ not conflict with each other, so two *clients* putting the same node at the same
 leave the triples of both revisions (``get`` then raises BlackboardError). Writers of one IRI
 must take turns across processes; that is the coherence directory's job.
 
-``timeout_s`` is the socket timeout of the request (connect and each read); give the server its
-own limit too (``oxigraph serve --timeout-s``) so abandoned queries stop there as well.
+``timeout_s`` bounds the whole request — connecting, sending, and reading the answer, which
+Oxigraph streams row by row, so a slow query can keep sending for longer than any one read —
+after which the connection is closed and QueryTimeout raised. That stops our side only: what
+the server does with the evaluation is its own. ``oxigraph serve`` without ``--timeout-s``
+evaluates on; with it, it cancels the evaluation at that limit (a cancellation token checked
+inside the evaluator). Start it with ``--timeout-s`` no higher than the queries' timeout.
 """
 
 from __future__ import annotations
 
+import http.client
+import socket
 import threading
-import urllib.error
-import urllib.request
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from pyoxigraph import (
-    NamedNode,
-    QueryBoolean,
-    QueryResultsFormat,
-    QuerySolutions,
-    RdfFormat,
-    parse,
-    parse_query_results,
-)
+from pyoxigraph import NamedNode, QuerySolutions
 
 from gliding.memory.backends.rdf_terms import (
+    ntriples_triples,
+    parse_results,
     replace_node_update,
-    solution_rows,
-    to_triple,
+    result_rows,
     triple_rows,
 )
 from gliding.memory.blackboard import (
@@ -48,6 +46,7 @@ from gliding.memory.blackboard import (
     BlackboardError,
     QueryError,
     QueryTimeout,
+    QueryTooLarge,
     Triple,
     Value,
     check_read_only_query,
@@ -58,6 +57,8 @@ from gliding.memory.vocabulary import VocabularyError, check_iri, node_from_term
 RESULTS_JSON = "application/sparql-results+json"
 N_TRIPLES = "application/n-triples"
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+_CHUNK = 1 << 16
+_SOURCE = "the endpoint"
 
 
 class SparqlEndpointBlackboard:
@@ -88,9 +89,7 @@ class SparqlEndpointBlackboard:
         self.max_limit = max_limit
         self._timeout_s = timeout_s
         self._headers = dict(headers or {})
-        self._opener: urllib.request.OpenerDirector | None = urllib.request.build_opener(
-            urllib.request.ProxyHandler({})
-        )
+        self._closed = False
         self._write_lock = threading.Lock()
 
     @classmethod
@@ -141,8 +140,10 @@ class SparqlEndpointBlackboard:
             ) from exc
 
     def query(
-        self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, graph: str | None = None
+        self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, graph: str | None = None,
+        isolated: bool = True,
     ) -> list[dict[str, Value]]:
+        # every query is evaluated by the server, another process: isolated either way
         checked = check_read_only_query(sparql, max_limit=self.max_limit)
         params = {"default-graph-uri": check_iri(graph, "graph")} if graph is not None else None
         if checked.form in ("CONSTRUCT", "DESCRIBE"):
@@ -151,14 +152,11 @@ class SparqlEndpointBlackboard:
             self.query_url, checked.text, content_type="application/sparql-query",
             accept=RESULTS_JSON, timeout_s=timeout_s, what="run the query", params=params,
         )
-        result = self._parse_results(body)
-        if isinstance(result, QueryBoolean):
-            row: dict[str, Value] = {"boolean": bool(result)}
-            return [row]
-        return solution_rows(result, [v.value for v in result.variables])
+        return result_rows(body, _SOURCE)
 
     def construct(
-        self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, graph: str | None = None
+        self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, graph: str | None = None,
+        isolated: bool = True,
     ) -> list[Triple]:
         checked = check_read_only_query(sparql, max_limit=self.max_limit)
         if checked.form not in ("CONSTRUCT", "DESCRIBE"):
@@ -179,7 +177,7 @@ class SparqlEndpointBlackboard:
             raise BlackboardError(f"the endpoint answered a count of {n!r}") from exc
 
     def close(self) -> None:
-        self._opener = None
+        self._closed = True
 
     def __enter__(self) -> SparqlEndpointBlackboard:
         return self
@@ -200,7 +198,7 @@ class SparqlEndpointBlackboard:
             self.query_url, text, content_type="application/sparql-query", accept=RESULTS_JSON,
             timeout_s=self._timeout_s, what=what,
         )
-        result = self._parse_results(body)
+        result = parse_results(body, _SOURCE)
         if not isinstance(result, QuerySolutions):
             raise BlackboardError(f"the endpoint answered a boolean to a SELECT ({what})")
         return result
@@ -212,17 +210,7 @@ class SparqlEndpointBlackboard:
             self.query_url, text, content_type="application/sparql-query", accept=N_TRIPLES,
             timeout_s=timeout_s, what="run the query", params=params,
         )
-        try:
-            return [to_triple(t) for t in parse(body, format=RdfFormat.N_TRIPLES)]
-        except (SyntaxError, ValueError) as exc:
-            raise BlackboardError(f"the endpoint answered bad N-Triples: {exc}") from exc
-
-    @staticmethod
-    def _parse_results(body: bytes) -> QuerySolutions | QueryBoolean:
-        try:
-            return parse_query_results(body, format=QueryResultsFormat.JSON)
-        except (SyntaxError, ValueError) as exc:
-            raise BlackboardError(f"the endpoint answered bad SPARQL JSON results: {exc}") from exc
+        return ntriples_triples(body, _SOURCE)
 
     def _post(
         self,
@@ -235,46 +223,65 @@ class SparqlEndpointBlackboard:
         what: str,
         params: dict[str, str] | None = None,
     ) -> bytes:
-        if self._opener is None:
+        """POST ``text`` to ``url`` and read the answer, all of it within ``timeout_s``."""
+        if self._closed:
             raise BlackboardError(f"the blackboard {self.query_url} is closed")
+        deadline = time.monotonic() + timeout_s
+        parts = urlsplit(url)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         if params:
-            url = f"{url}?{urlencode(params)}"
-        request = urllib.request.Request(
-            url,
-            data=text.encode("utf-8"),
-            method="POST",
-            headers={
-                **self._headers,
-                "Content-Type": f"{content_type}; charset=utf-8",
-                "Accept": accept,
-            },
-        )
+            path += ("&" if parts.query else "?") + urlencode(params)
+        kind = (http.client.HTTPSConnection if parts.scheme == "https"
+                else http.client.HTTPConnection)
+        connection = kind(parts.hostname or "", parts.port, timeout=timeout_s)
+        headers = {**self._headers, "Content-Type": f"{content_type}; charset=utf-8",
+                   "Accept": accept}
         try:
-            with self._opener.open(request, timeout=timeout_s) as response:
-                body: bytes = response.read(MAX_RESPONSE_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(2000).decode("utf-8", "replace").strip()
-            if exc.code == 400:
-                raise QueryError(f"the endpoint refused to {what}: {detail}") from exc
-            raise BlackboardError(
-                f"the endpoint could not {what}: HTTP {exc.code} {detail}"
-            ) from exc
+            connection.connect()
+            sock = connection.sock  # kept: a closing response drops connection.sock
+            connection.request("POST", path, body=text.encode("utf-8"), headers=headers)
+            response = connection.getresponse()
+            if response.status >= 300:
+                detail = response.read(2000).decode("utf-8", "replace").strip()
+                if response.status == 400:
+                    raise QueryError(f"the endpoint refused to {what}: {detail}")
+                raise BlackboardError(
+                    f"the endpoint could not {what}: HTTP {response.status} {detail}")
+            return _read_by(response, sock, deadline, what, timeout_s)
         except TimeoutError as exc:
             raise QueryTimeout(f"the endpoint did not {what} within {timeout_s} s") from exc
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):
-                raise QueryTimeout(
-                    f"the endpoint did not {what} within {timeout_s} s"
-                ) from exc
+        except (ConnectionRefusedError, socket.gaierror) as exc:
             raise BlackboardError(
-                f"cannot reach the endpoint {url} to {what}: {exc.reason}",
+                f"cannot reach the endpoint {url} to {what}: {exc}",
                 hint="check that the SPARQL server runs and the URL is right",
             ) from exc
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             raise BlackboardError(f"cannot {what} at {url}: {exc}") from exc
+        finally:
+            connection.close()
+
+
+def _read_by(response: http.client.HTTPResponse, sock: socket.socket | None, deadline: float,
+             what: str, timeout_s: float) -> bytes:
+    """The body of ``response``, read in chunks, each read given only the time left.
+
+    Raises:
+        TimeoutError: the deadline passed.
+        QueryTooLarge: the body is longer than MAX_RESPONSE_BYTES.
+    """
+    body = bytearray()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no whole answer within {timeout_s} s")
+        if sock is not None:
+            sock.settimeout(remaining)
+        chunk = response.read1(_CHUNK)
+        if not chunk:
+            return bytes(body)
+        body += chunk
         if len(body) > MAX_RESPONSE_BYTES:
-            raise BlackboardError(
+            raise QueryTooLarge(
                 f"the endpoint answered more than {MAX_RESPONSE_BYTES} bytes to {what}",
                 hint="narrow the query",
             )
-        return body

@@ -1,0 +1,8 @@
+"""MCP, the Model Context Protocol: the only package that imports the ``mcp`` SDK.
+
+    client.py     MCP servers as tool groups: ``MCPGroup``, one per server (docs/mcp.md)
+    session.py    one server's SDK session, on an event loop of its own
+    schema.py     a server's tool listing as our Tool names and JSON schemas (pure)
+    render.py     a tool result as the text the model reads (pure)
+    server.py     Gliding as an MCP server
+"""
