@@ -19,6 +19,7 @@ groups and cleanup errors) and is recorded in the archive (``record_stop``: stat
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -40,6 +41,21 @@ STOPPED = "interrupted"
 """The status ``record_stop`` writes: not finished, so ``gliding resume`` may continue it."""
 
 log = structlog.get_logger("gliding.daemon")
+
+# The lock files this process holds. A flock belongs to the open file, which a forked child
+# shares (a blackboard query runs in one): the child closes its copies at once, so that a lock
+# its parent releases is free at once, not when the child ends.
+_HELD: set[int] = set()
+
+
+def _drop_held_locks() -> None:
+    for fd in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_held_locks)
 
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
@@ -81,10 +97,12 @@ class JobLock:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd
+        _HELD.add(fd)
         return self
 
     def release(self) -> None:
         if self._fd is not None:
+            _HELD.discard(self._fd)
             os.close(self._fd)  # closing drops the flock
             self._fd = None
 
@@ -154,10 +172,12 @@ class WorkspaceLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()} {self.job}".encode())
         self._fd = fd
+        _HELD.add(fd)
         return self
 
     def release(self) -> None:
         if self._fd is not None:
+            _HELD.discard(self._fd)
             os.close(self._fd)  # closing drops the flock; the file stays for the next job
             self._fd = None
 
