@@ -29,6 +29,21 @@ if ! command -v bwrap >/dev/null 2>&1; then
   fi
 fi
 
+# mosquitto is the MQTT 5 broker of the network bus (bus.url); the tests start their own on a
+# free port (gliding.testing.servers.mosquitto), so no service is enabled or started here.
+if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing mosquitto (apt-get)" >&2
+    apt-get install -y -q --no-install-recommends mosquitto >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 \
+           && apt-get install -y -q --no-install-recommends mosquitto >/dev/null; } \
+      || echo "setup: could not install mosquitto; the MQTT bus tests fail until it is there" >&2
+  else
+    echo "setup: mosquitto is missing: install it (Debian: apt-get install mosquitto);" \
+         "until then the MQTT bus tests fail (the in-process bus needs nothing)" >&2
+  fi
+fi
+
 mkdir -p "$WHEELS"
 if ! "$VENV/bin/python" -c "import llama_cpp" >/dev/null 2>&1; then
   if ! ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then

@@ -8,11 +8,16 @@
       └──budget────► BUDGET
     ACT ──finish──► FINISHED
 
-Every turn is archived in L0 in full (prompt and reply) under ``gliding://job/<job>/turn/<role>/<n>``
-together with its ledger row, every tool result under ``gliding://job/<job>/result/<role>-<n>-0``,
-and each is announced on ``job/<job>/archived`` for ingestion. Writes go through the archive
-port (``memory.archive_port``), never on the event loop. While the model thinks, the sources the
-context engine predicts the next step will read are warmed into the port's read cache.
+Every turn is archived in L0 in full (prompt and reply) under
+``gliding://job/<job>/turn/<session>/<n>`` together with its ledger row, every tool result under
+``gliding://job/<job>/result/<session>-<n>-0``, and each is announced on ``job/<job>/archived``
+for ingestion. The session is the role's name (``DA``), or for a DA working on one plan step of
+the exploratory pipeline ``DA.<cycle>.<step>`` (``core.iri.step_session``): sessions of one role
+run at the same time without sharing a turn number, a result, an intent or a begin mark.
+Spending is the role's: budgets are checked and charged per role (``DA``), by every session.
+Writes go through the archive port (``memory.archive_port``), never on the event loop. While
+the model thinks, the sources the context engine predicts the next step will read are warmed
+into the port's read cache.
 
 Resuming is replay: a turn already archived is not asked of the model again (its archived reply
 is used and it costs nothing new), and a tool call whose result is archived is not run again
@@ -152,7 +157,8 @@ class AgentEnv:
     context: ContextSettings
     counter: TokenCounter
     extra_system: str = ""
-    turn_base: int = 0  # turns the role used before this assignment (numbers its IRIs)
+    turn_base: int = 0  # turns the session used before this assignment (numbers its IRIs)
+    session: str = ""  # the session's name in IRIs ("": the role's name)
     on_demand: Mapping[str, Toolset] = field(default_factory=dict)  # loadable by tool_search
     began_dir: Path | None = None  # where tools that mark their begin leave the mark
     data_dir: Path | None = None  # left out of workspace fingerprints when inside the workspace
@@ -181,7 +187,8 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                            [Message("system", system), *role.examples,
                             Message("user", assignment)])
     tool_ctx = dataclasses.replace(env.tool_ctx, session=_Session(engine))  # sandbox kept
-    env.budget.turns[role.name] = env.turn_base
+    name = env.session or role.name
+    env.budget.turns[name] = env.turn_base
     state, turns, finish = State.PROMPT, 0, {}
     summaries: list[TurnSummary] = []
     records: list[ToolRecord] = []
@@ -195,7 +202,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             if turns >= env.max_turns:
                 state = transition(state, "turn_cap")
                 continue
-            next_iri = str(turn_iri(env.job, role.name, env.budget.turns[role.name] + 1))
+            next_iri = str(turn_iri(env.job, name, env.budget.turns[name] + 1))
             if ((reason := env.budget.exhausted(env.now(), role.name)) is not None
                     and await env.archive.find(next_iri) is None):  # a replay was paid for
                 error = reason
@@ -204,7 +211,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             state = transition(state, "ready")
         elif state is State.AWAIT_MODEL:
             turns += 1
-            n = env.budget.count_turn(role.name)
+            n = env.budget.count_turn(name)
             ran = [r.name for r in records if r.ok]
             may_finish = not toolset.tools or (
                 all(t in ran for t in role.finish_requires)
@@ -220,9 +227,9 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             prompt = engine.prompt(assignment)
             request = LLMRequest(messages=tuple(prompt), tools=tuple(tools),
                                  tool_choice="required",
-                                 meta={"role": role.name, "turn": n,
+                                 meta={"role": role.name, "turn": n, "session": name,
                                        "cache_breakpoints": engine.breakpoints(prompt)})
-            iri = str(turn_iri(env.job, role.name, n))
+            iri = str(turn_iri(env.job, name, n))
             warm = [w.iri for w in engine.warmed] if env.context.prefetch.enabled else []
             try:
                 completion, was_archived = await _complete_warming(env, iri, n, request, warm)
@@ -268,9 +275,9 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
         elif state is State.ACT:
             assert completion is not None
             call = calls[0]  # as the engine recorded it (without the loop's summary argument)
-            n = env.budget.turns[role.name]
-            t_iri = str(turn_iri(env.job, role.name, n))
-            res_iri = str(result_iri(env.job, f"{role.name}-{n}-0"))
+            n = env.budget.turns[name]
+            t_iri = str(turn_iri(env.job, name, n))
+            res_iri = str(result_iri(env.job, f"{name}-{n}-0"))
             key = call.name + call.arguments_json()
             outcome, toolset = await _act(env, call, res_iri, n, toolset, tool_ctx,
                                           repeated=key in seen_calls)
@@ -331,7 +338,7 @@ async def _complete(env: AgentEnv, iri: str, n: int,
         return completion_from_turn(json.loads(archived.content or b"{}")), True
     completion = await env.llm.complete(request)
     await env.archive.put_turn(iri, _turn_body(env, n, request, completion),
-                               {"role": env.role.name, "turn": n}, CallRecord(
+                               {"role": env.session or env.role.name, "turn": n}, CallRecord(
         job=env.job, role=env.role.name, turn=n, model=completion.model,
         prompt_tokens=completion.usage.prompt_tokens,
         completion_tokens=completion.usage.completion_tokens,
@@ -354,7 +361,7 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
     if call.name != "tool_search" or not env.on_demand:
         ctx = _within_budget(env, ctx)
         tool = toolset.get(call.name)
-        name = f"{env.role.name}-{n}-0"
+        name = f"{env.session or env.role.name}-{n}-0"
         intent = str(record_iri(env.job, "intent", name))
         began = env.began_dir / name if env.began_dir and tool and tool.marks_begin else None
         if tool is not None and not tool.idempotent:
@@ -366,8 +373,8 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
                 log.warning("tool.call.interrupted", job=env.job, role=env.role.name, turn=n,
                             tool=call.name, stopped=stopped)
             else:  # a first call, or one whose intent was written but which never began
-                await env.archive.put(intent, call.arguments_json(), kind="intent",
-                                      meta={"tool": call.name, "role": env.role.name, "turn": n})
+                await env.archive.put(intent, call.arguments_json(), kind="intent", meta={
+                    "tool": call.name, "role": env.session or env.role.name, "turn": n})
                 outcome = await toolset.call(call.name, call.arguments,
                                              dataclasses.replace(ctx, began=began))
         else:
@@ -378,7 +385,8 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
     marked = await anyio.to_thread.run_sync(workspace_mark, ctx.workspace, env.data_dir)
     await env.archive.put(res_iri, outcome.output, kind="result",
                           meta={"tool": call.name, "arguments": call.arguments, "ok": outcome.ok,
-                                "role": env.role.name, "turn": n, "data": outcome.data,
+                                "role": env.session or env.role.name, "turn": n,
+                                "data": outcome.data,
                                 "workspace": marked})
     return outcome, toolset
 
@@ -458,7 +466,8 @@ async def _announce(env: AgentEnv, n: int, iri: str, kind: str, summary: str,
 async def _progress(env: AgentEnv, n: int, c: Completion, action: str, summary: str) -> None:
     spent = env.budget.usage
     await env.bus.publish(topics.events(env.job), JobEvent(job=env.job, event="turn", data={
-        "role": env.role.name, "turn": n, "action": action, "summary": summary,
+        "role": env.role.name, "session": env.session or env.role.name, "turn": n,
+        "action": action, "summary": summary,
         "prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens,
         "job_prompt_tokens": spent.prompt_tokens,
         "job_completion_tokens": spent.completion_tokens, "job_cost_usd": spent.cost_usd,

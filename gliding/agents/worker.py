@@ -4,15 +4,28 @@ For each role it subscribes to ``job/<job>/agent/<ROLE>``; on an Assignment it r
 loop (``loop.run_agent``) and answers on ``job/<job>/result/<ROLE>`` with the typed message that
 carries everything the supervisor needs:
 
-    PA  PlanMsg         the plan's steps (blank and repeated steps dropped; the goal if none)
+    PA  PlanMsg         the plan's steps, strings or {id, text, dependsOn} objects, made well
+                        formed (``core.plan``: repeats merged, unknown dependencies dropped,
+                        cycles broken, with notes); the goal if none
     DA  ArtifactMsg     the files it wrote and the IRI of the result that wrote each
     CA  CheckReportMsg  the verdicts of its own run_checks call (``verified_by`` "CA"); when it
                         finished without one, the checks run once here ("CA (auto)")
     AA  DecisionMsg     its decision, held to the assignment's options (the safe reading of
                         the evidence when it gave none)
 
-Every answer also says how the session ended, what it spent and one line per turn. The worker
-shares nothing with the supervisor but the bus.
+Every answer also says how the session ended, what it spent and one line per turn, and
+carries the assignment's ``step``. The worker shares nothing with the supervisor but the bus.
+
+Assignments run concurrently, up to ``concurrency`` per role (the exploratory pipeline's step
+DAs; the supervisor never has more than one assignment of the other roles outstanding). Each
+runs its own agent session: a step DA's session is named ``DA.<cycle>.<step>``
+(``core.iri.step_session``), so its turn and result IRIs are its own, and the same on resume.
+An assignment that arrives again while its session still runs (a duplicate delivery) is
+dropped: the running session answers it. Budgets are shared through the job's one
+BudgetTracker; every session checks it before each model call and has at most one call in
+flight, so concurrent sessions overspend a spent budget by at most one call each, i.e. by
+``concurrency`` calls (the same bound as one session with one call in flight, times the
+sessions).
 """
 
 from __future__ import annotations
@@ -39,12 +52,14 @@ from gliding.bus.messages import (
     PlanMsg,
     TurnLine,
     UsageWire,
+    plan_steps,
 )
 from gliding.bus.port import Bus
 from gliding.config.settings import Settings
 from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker
 from gliding.core.clock import Clock
+from gliding.core.iri import step_session
 from gliding.core.messages import ToolSpec
 from gliding.llm.port import LLM
 from gliding.memory.archive_port import ArchivePort
@@ -80,12 +95,18 @@ class JobAgents:
     sandbox: Sandbox | None = None  # what confines commands; None: the one the settings ask for
 
 
-class AgentWorker:
-    """Answers the assignments of ``roles`` for one job, one at a time per role."""
+_Key = tuple[str, str, int, int, int]  # role, step ("" for none), cycle, attempt, turn_base
 
-    def __init__(self, kit: JobAgents, roles: Sequence[str]) -> None:
+
+class AgentWorker:
+    """Answers the assignments of ``roles`` for one job, up to ``concurrency`` at once per
+    role."""
+
+    def __init__(self, kit: JobAgents, roles: Sequence[str], *, concurrency: int = 1) -> None:
         self.kit = kit
         self.roles = tuple(dict.fromkeys(roles))
+        self.concurrency = max(1, concurrency)
+        self._running: set[_Key] = set()  # the assignments whose sessions run now
 
     async def serve(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Subscribe to every role's inbox, report ready, then serve until cancelled."""
@@ -97,12 +118,28 @@ class AgentWorker:
     async def _serve_role(self, role: str, *,
                           task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         kit = self.kit
-        async with kit.bus.subscribe(topics.agent(kit.job, role)) as inbox:
+        limiter = anyio.CapacityLimiter(self.concurrency)
+        async with kit.bus.subscribe(topics.agent(kit.job, role)) as inbox, \
+                anyio.create_task_group() as sessions:
             task_status.started()
             while True:
                 _topic, assignment = await inbox.receive()
                 if not isinstance(assignment, Assignment) or assignment.job != kit.job:
                     continue  # only this job's assignments are addressed to the inbox
+                key = (role, assignment.step or "", assignment.cycle, assignment.attempt,
+                       assignment.turn_base)
+                if key in self._running:
+                    log.info("agent.assignment.duplicate", job=kit.job, role=role,
+                             step=assignment.step, cycle=assignment.cycle)
+                    continue
+                self._running.add(key)
+                sessions.start_soon(self._serve_one, assignment, key, limiter)
+
+    async def _serve_one(self, assignment: Assignment, key: _Key,
+                         limiter: anyio.CapacityLimiter) -> None:
+        kit, role = self.kit, assignment.role
+        try:
+            async with limiter:
                 try:
                     answer = await self.act(assignment)
                 except Exception as exc:  # a bug or a failing store ends the role, not the job
@@ -110,6 +147,8 @@ class AgentWorker:
                               error=f"{type(exc).__name__}: {exc}")
                     answer = failed_answer(assignment, f"{type(exc).__name__}: {exc}")
                 await kit.bus.publish(topics.result(kit.job, role), answer)
+        finally:
+            self._running.discard(key)
 
     async def act(self, a: Assignment) -> AnswerMsg:
         """Run the role's session for ``a`` and build its answer."""
@@ -128,13 +167,14 @@ class AgentWorker:
             max_turns=kit.budget.limits.turns.get(spec.name, spec.max_turns),
             context=kit.settings.context, counter=kit.counter, extra_system=briefing,
             turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir,
-            data_dir=kit.settings.data_dir)
+            data_dir=kit.settings.data_dir, session=session_of(a) if a.step else "")
+        step = {"step": a.step, "session": env.session} if a.step else {}
         await self._event("role.started", {"role": spec.name, "cycle": a.cycle,
-                                           "attempt": a.attempt})
+                                           "attempt": a.attempt, **step})
         result = await run_agent(env, a.instructions)
         await self._event("role.finished", {"role": spec.name, "status": result.status,
                                             "turns": result.turns,
-                                            "replayed": result.replayed_turns})
+                                            "replayed": result.replayed_turns, **step})
         return await self._answer(a, result)
 
     async def _answer(self, a: Assignment, r: AgentResult) -> AnswerMsg:
@@ -148,15 +188,14 @@ class AgentWorker:
             "lines": [TurnLine(role=t.role, turn=t.turn, summary=t.summary, iri=t.iri)
                       for t in r.summaries],
             "context_tokens": r.prompt_tokens, "baseline_tokens": r.baseline_tokens,
-            "schema_tokens": r.schema_tokens,
+            "schema_tokens": r.schema_tokens, "step": a.step,
         }
         if a.role == "PA":
-            raw = r.finish.get("steps", [])
-            steps = list(dict.fromkeys(" ".join(str(s).split()) for s in
-                                       (raw if isinstance(raw, list) else [raw])))
-            steps = [s for s in steps if s] or [a.goal]
+            steps, notes = plan_steps(r.finish.get("steps", []))
+            if notes:
+                log.info("plan.normalised", job=a.job, cycle=a.cycle, notes=notes)
             last_iri = r.summaries[-1].iri if r.summaries else None
-            return PlanMsg(**common, steps=steps, turn_iri=last_iri)
+            return PlanMsg(**common, steps=steps or [a.goal], turn_iri=last_iri, notes=notes)
         if a.role == "DA":
             written: dict[str, str] = {}
             for t in r.tools:
@@ -194,7 +233,8 @@ class AgentWorker:
 def failed_answer(a: Assignment, error: str) -> AnswerMsg:
     """The answer of a role whose session crashed: status failed, the error, nothing done."""
     common: dict[str, Any] = {"job": a.job, "role": a.role, "cycle": a.cycle,
-                              "attempt": a.attempt, "status": "failed", "error": error}
+                              "attempt": a.attempt, "status": "failed", "error": error,
+                              "step": a.step}
     if a.role == "PA":
         return PlanMsg(**common, steps=[])
     if a.role == "DA":
@@ -202,6 +242,12 @@ def failed_answer(a: Assignment, error: str) -> AnswerMsg:
     if a.role == "CA":
         return CheckReportMsg(**common, results=[], passed=False)
     return DecisionMsg(**common, decision="escalate", report=error)
+
+
+def session_of(a: Assignment) -> str:
+    """The name of the agent session that works on ``a``: its role, or for a plan step
+    ``<ROLE>.<cycle>.<step>``."""
+    return step_session(a.role, a.cycle, a.step) if a.step else a.role
 
 
 def restrict_decision(spec: RoleSpec, options: Sequence[str]) -> RoleSpec:

@@ -1,9 +1,10 @@
 """The memory bus: typed messages on MQTT-style topics between the supervisor, agents and workers.
 
     messages.py   the message types (pydantic, frozen) and their JSON wire form
-    port.py       the Bus and Subscription protocols and topic matching (``+`` and ``#``)
+    port.py       the Bus and Subscription protocols and topic matching (``+``, ``#``, ``$share``)
     inproc.py     InProcessBus on bounded anyio memory streams, the default backend
+    mqtt.py       MQTTBus over an MQTT 5 broker (mosquitto) through aiomqtt, for bus.url
 
 Backends are picked by the composition root only; everything else speaks to ``port.Bus``. The
-contract every backend must pass lives in ``tests/bus/contract.py``.
+contract every backend must pass lives in ``gliding.testing.bus_contract``.
 """

@@ -9,6 +9,10 @@ Behaviour beyond the ``port.Bus`` contract:
       the order they subscribed, and returns when every one holds it; sequential publishes thus
       arrive in publish order at every subscriber. A publish cancelled part-way may have reached
       only some subscribers.
+    * Shared groups. The subscriptions made with one ``$share/<group>/<filter>`` pattern take
+      turns (round robin, in subscribe order): each matching message goes to the next member
+      whose buffer has room, or, when every member's buffer is full, waits for the member
+      whose turn it is. A member that leaves while the message waits for it hands it on.
     * No retention. A message published when no subscription matches is dropped; a later
       subscription never sees it.
     * No copies. Subscribers receive the very message object that was published (frozen models
@@ -30,7 +34,7 @@ from anyio.lowlevel import checkpoint
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gliding.bus.messages import BusMessage, is_message
-from gliding.bus.port import Delivery, check_pattern, check_topic, topic_matches
+from gliding.bus.port import Delivery, check_pattern, check_topic, split_shared, topic_matches
 from gliding.errors import BusError
 
 
@@ -38,6 +42,7 @@ from gliding.errors import BusError
 class _Subscriber:
     pattern: str
     send: MemoryObjectSendStream[Delivery]
+    shared: bool  # a member of the $share group named by its pattern
 
 
 class InProcessSubscription:
@@ -86,6 +91,7 @@ class InProcessBus:
     def __init__(self) -> None:
         self._subscribers: dict[int, _Subscriber] = {}
         self._ids = itertools.count()
+        self._turns: dict[str, int] = {}  # shared pattern -> whose turn it is (a counter)
         self._closed = False
 
     @property
@@ -106,18 +112,45 @@ class InProcessBus:
         if not targets:
             await checkpoint()
             return
+        groups_done: set[str] = set()
         for subscriber in targets:
-            try:
-                await subscriber.send.send(delivery)
-            except anyio.BrokenResourceError:
-                continue  # the subscriber left while we waited; it no longer wants messages
-            except anyio.ClosedResourceError as exc:
-                if self._closed:
-                    raise BusError(
-                        f"the bus was closed while publishing on {topic!r}",
-                        hint="some subscribers may not have received the message",
-                    ) from exc
-                continue  # unsubscribed while we waited
+            if not subscriber.shared:
+                await self._deliver(subscriber, delivery)
+            elif subscriber.pattern not in groups_done:
+                groups_done.add(subscriber.pattern)
+                await self._deliver_to_group(subscriber.pattern, delivery)
+
+    async def _deliver(self, subscriber: _Subscriber, delivery: Delivery) -> bool:
+        """Hand ``delivery`` to ``subscriber``, waiting for room; False if it left meanwhile."""
+        try:
+            await subscriber.send.send(delivery)
+        except anyio.BrokenResourceError:
+            return False  # the subscriber left while we waited; it no longer wants messages
+        except anyio.ClosedResourceError as exc:
+            if self._closed:
+                raise BusError(
+                    f"the bus was closed while publishing on {delivery.topic!r}",
+                    hint="some subscribers may not have received the message",
+                ) from exc
+            return False  # unsubscribed while we waited
+        return True
+
+    async def _deliver_to_group(self, pattern: str, delivery: Delivery) -> None:
+        """Hand ``delivery`` to one member of the shared group ``pattern`` (round robin)."""
+        while members := [s for s in self._subscribers.values() if s.pattern == pattern]:
+            start = self._turns.get(pattern, 0) % len(members)
+            order = members[start:] + members[:start]
+            for i, member in enumerate(order):
+                try:
+                    member.send.send_nowait(delivery)
+                except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    continue  # full (or just left): the next member's turn
+                self._turns[pattern] = start + i + 1
+                return
+            self._turns[pattern] = start + 1
+            if await self._deliver(order[0], delivery):
+                return
+            # the member whose turn it was left while we waited: ask the group again
 
     @asynccontextmanager
     async def subscribe(
@@ -133,13 +166,16 @@ class InProcessBus:
             )
         send, receive = anyio.create_memory_object_stream[Delivery](max_buffer)
         key = next(self._ids)
-        self._subscribers[key] = _Subscriber(pattern, send)
+        shared = split_shared(pattern)[0] is not None
+        self._subscribers[key] = _Subscriber(pattern, send, shared)
         try:
             yield InProcessSubscription(pattern, receive)
         finally:
             del self._subscribers[key]
             send.close()
             receive.close()
+            if shared and not any(s.pattern == pattern for s in self._subscribers.values()):
+                self._turns.pop(pattern, None)
 
     async def aclose(self) -> None:
         """See ``port.Bus.aclose``."""

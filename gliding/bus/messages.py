@@ -12,11 +12,18 @@ topic it travels on, so a message decodes to the same class wherever it is recei
     agent_done      AgentDone        agent -> observers: the agent finished its session
     archived        ArchivedMsg      agent -> ingestion: a turn or tool result reached L0
     job_event       JobEvent         anyone -> observers: progress (role started, turn done ...)
+    work            WorkItem         dispatcher -> worker pool: an assignment offered (with the
+                                     task record, model and briefing a remote worker needs)
+    claim           Claim            worker -> dispatcher: I take it (or ``declined``: full)
+    grant           GrantMsg         dispatcher -> worker: it is yours, or it is not
+    heartbeat       Heartbeat        worker -> dispatchers: alive, holding these keys
+    archive_request ArchiveRequest   worker -> the job's process: an L0 operation (bytes base64)
+    archive_reply   ArchiveReply     the job's process -> worker: its result or error
 
 The four answers (plan, artifact, check_report, decision) share the fields of ``Answer``: the
-``job``, ``role``, ``cycle`` and ``attempt`` of the Assignment they answer (the supervisor
-correlates them by these and ignores anything else), how the agent's session ended (``status``,
-``error``), what it spent (``turns``, ``usage``) and one line per turn (``lines``).
+``job``, ``role``, ``cycle``, ``attempt`` and ``step`` of the Assignment they answer (the
+supervisor correlates them by these and ignores anything else), how the agent's session ended
+(``status``, ``error``), what it spent (``turns``, ``usage``) and one line per turn (``lines``).
 
 ``BusMessage`` is their union; ``to_json`` / ``from_json`` give the wire form that network
 backends send. The models are frozen; their dict and list fields are shared, not copied, between
@@ -27,8 +34,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
+from gliding.core.plan import STEP_ID, normalize_steps
 from gliding.errors import BusError
 
 AgentStatus = Literal["finished", "turn_cap", "budget", "failed"]
@@ -47,6 +64,8 @@ class Assignment(_Message):
 
     ``options`` restricts AA's decision; ``turn_base`` is how many turns the role used before
     this assignment, so turn numbers (and their L0 IRIs) are the same when a job resumes.
+    ``step`` is the id of the plan step a DA of the exploratory pipeline works on (None: the
+    whole plan); the answer carries it back, and the DA's session is named after it.
     """
 
     type: Literal["assignment"] = "assignment"
@@ -58,6 +77,7 @@ class Assignment(_Message):
     instructions: str
     options: list[str] = Field(default_factory=list)
     turn_base: NonNegativeInt = 0
+    step: str | None = None
 
 
 class UsageWire(_Message):
@@ -93,15 +113,48 @@ class Answer(_Message):
     context_tokens: NonNegativeInt = 0  # prompts the context engine built, cl100k
     baseline_tokens: NonNegativeInt = 0  # the same prompts had every message been appended
     schema_tokens: NonNegativeInt = 0  # the tool schemas of the role's last prompt
+    step: str | None = None  # the plan step of the Assignment answered (exploratory DA)
+
+
+class PlanStep(_Message):
+    """One plan step: its ``id``, its text and the ids of the steps to be done before it."""
+
+    id: str = Field(pattern=STEP_ID.pattern)
+    text: str = Field(min_length=1)
+    depends_on: list[str] = Field(default_factory=list)
 
 
 class PlanMsg(Answer):
-    """PA -> supervisor: the plan's steps; ``turn_iri`` points at the full turn in L0."""
+    """PA -> supervisor: the plan's steps; ``turn_iri`` points at the full turn in L0.
+
+    ``steps`` accepts plain strings (each depending on the one before) and step objects, and
+    is always well formed (``core.plan.normalize_steps``: unique ids, known dependencies, no
+    cycle); ``notes`` say what PA's plan needed changing for that.
+    """
 
     type: Literal["plan"] = "plan"
     role: str = "PA"
-    steps: list[str]
+    steps: list[PlanStep]
     turn_iri: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _well_formed(cls, value: Any) -> list[PlanStep]:
+        return plan_steps(value)[0]
+
+    @property
+    def texts(self) -> list[str]:
+        return [s.text for s in self.steps]
+
+
+def plan_steps(raw: Any) -> tuple[list[PlanStep], list[str]]:
+    """``core.plan.normalize_steps`` of ``raw`` (step objects, dicts or strings) as PlanSteps,
+    with its notes."""
+    items = raw if isinstance(raw, list | tuple) else [raw]
+    plain = [s.model_dump() if isinstance(s, PlanStep) else s for s in items]
+    steps, notes = normalize_steps(plain)
+    return [PlanStep(id=i, text=t, depends_on=list(d)) for i, t, d in steps], notes
 
 
 class ArtifactMsg(Answer):
@@ -186,9 +239,79 @@ class JobEvent(_Message):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+# ---- jobs whose agents run on `gliding worker` processes (daemon/dispatch.py, workers.py) --
+class WorkItem(_Message):
+    """An assignment offered to the worker pool; ``key`` names it, ``epoch`` the hand-out."""
+
+    type: Literal["work"] = "work"
+    key: str
+    epoch: PositiveInt
+    assignment: Assignment
+    task_record: dict[str, Any]
+    model: str
+    briefing: str = ""
+    origin: str = ""  # the data directory of the job's process (a worker on its host shares it)
+
+
+class Claim(_Message):
+    """A worker asks for the key it was offered; ``declined``: it is full, offer it again."""
+
+    type: Literal["claim"] = "claim"
+    job: str
+    key: str
+    epoch: PositiveInt
+    worker: str
+    declined: bool = False
+
+
+class GrantMsg(_Message):
+    type: Literal["grant"] = "grant"
+    job: str
+    key: str
+    epoch: PositiveInt
+    worker: str
+    granted: bool
+    reason: str = ""
+
+
+class Heartbeat(_Message):
+    """A worker is alive; ``held`` maps each key it works on to the epoch it was granted."""
+
+    type: Literal["heartbeat"] = "heartbeat"
+    worker: str
+    roles: list[str] = Field(default_factory=list)
+    held: dict[str, PositiveInt] = Field(default_factory=dict)
+    free: NonNegativeInt = 0  # assignments it could take now
+
+
+ArchiveOp = Literal["put", "put_turn", "find", "read_text", "warm", "calls"]
+
+
+class ArchiveRequest(_Message):
+    """One ``ArchivePort`` call of a worker's agent, for the job's process to carry out."""
+
+    type: Literal["archive_request"] = "archive_request"
+    id: str
+    job: str
+    worker: str
+    op: ArchiveOp
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ArchiveReply(_Message):
+    """The answer to the request ``id``: ``result`` (JSON values) or an error's code and text."""
+
+    type: Literal["archive_reply"] = "archive_reply"
+    id: str
+    ok: bool
+    result: Any = None
+    code: str = ""
+    error: str = ""
+
+
 BusMessage = Annotated[
     Assignment | PlanMsg | ArtifactMsg | CheckReportMsg | DecisionMsg | AgentDone | ArchivedMsg
-    | JobEvent,
+    | JobEvent | WorkItem | Claim | GrantMsg | Heartbeat | ArchiveRequest | ArchiveReply,
     Field(discriminator="type"),
 ]
 """Any message the bus carries, discriminated by ``type``."""
@@ -205,6 +328,12 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     AgentDone,
     ArchivedMsg,
     JobEvent,
+    WorkItem,
+    Claim,
+    GrantMsg,
+    Heartbeat,
+    ArchiveRequest,
+    ArchiveReply,
 )
 
 _ADAPTER: TypeAdapter[BusMessage] = TypeAdapter(BusMessage)

@@ -5,7 +5,19 @@
     job/<job>/events           anyone -> observers: progress (JobEvent)
     job/<job>/archived         agents -> ingestion: an item was written to L0 (ArchivedMsg)
 
-``results(job)`` and ``everything(job)`` are the subscription filters over them.
+``results(job)``, ``agents(job)`` and ``everything(job)`` are the subscription filters over them.
+
+Jobs whose agents run on ``gliding worker`` processes (``daemon/dispatch.py``) add:
+
+    work/<ROLE>                dispatcher -> workers: a WorkItem (workers share a subscription)
+    claims/<job>               worker -> dispatcher: a Claim of an offered item
+    worker/<worker>/grants     dispatcher -> worker: the GrantMsg answering its claim
+    workers/heartbeat          worker -> dispatchers: Heartbeat
+    archive/<job>/request      worker -> the job's process: an ArchiveRequest
+    worker/<worker>/archive    the job's process -> worker: the ArchiveReply
+
+They lie outside ``job/<job>/`` so that ingestion, which listens to all of a job's topics,
+never sees the archive traffic.
 """
 
 from __future__ import annotations
@@ -17,6 +29,11 @@ def agent(job: str, role: str) -> str:
 
 def result(job: str, role: str) -> str:
     return f"job/{job}/result/{role}"
+
+
+def agents(job: str) -> str:
+    """Every role's assignments of ``job``."""
+    return f"job/{job}/agent/+"
 
 
 def results(job: str) -> str:
@@ -35,3 +52,27 @@ def archived(job: str) -> str:
 def everything(job: str) -> str:
     """Every topic of ``job`` (what ingestion listens to)."""
     return f"job/{job}/#"
+
+
+def work(role: str) -> str:
+    return f"work/{role}"
+
+
+def claims(job: str) -> str:
+    return f"claims/{job}"
+
+
+def grants(worker: str) -> str:
+    return f"worker/{worker}/grants"
+
+
+def heartbeats() -> str:
+    return "workers/heartbeat"
+
+
+def archive_requests(job: str) -> str:
+    return f"archive/{job}/request"
+
+
+def archive_replies(worker: str) -> str:
+    return f"worker/{worker}/archive"

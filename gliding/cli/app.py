@@ -209,13 +209,21 @@ def jobs(
     json_out: bool = typer.Option(False, "--json", help="One JSON object per job."),
 ) -> None:
     """List the jobs of a data directory, newest first, with their status (a job killed
-    mid-run shows as interrupted: gliding resume JOB continues it)."""
+    mid-run shows as interrupted: gliding resume JOB continues it). With a daemon serving the
+    data directory: its queue, queued jobs included."""
     from gliding.errors import GlidingError
 
     try:
+        from gliding.cli.client import DaemonClient
         from gliding.daemon.jobs import list_jobs
 
         settings = _settings(_data_dir(data_dir))
+        client = DaemonClient.find(settings.data_dir)
+        if client is not None:
+            with client:
+                queued = client.all_jobs()
+            _print_queue(queued, settings.data_dir, json_out)
+            return
         found = list_jobs(settings.data_dir)
     except GlidingError as exc:
         _fail(exc)
@@ -233,6 +241,230 @@ def jobs(
             stopped = f"  stopped by: {info.stopped_by}" if info.stopped_by else ""
             typer.echo(terminal_safe(f"{info.job}  {info.status:<15} {info.goal[:60]}{resumed}"
                                      f"{stopped}"))
+
+
+def _print_queue(queued: list[dict[str, Any]], data_dir: Path, json_out: bool) -> None:
+    from gliding.cli.render import json_text, queue_line
+
+    if not queued:
+        _say(f"no jobs in the queue of the daemon of {data_dir}")
+    for entry in queued:
+        typer.echo(json_text(entry, indent=None) if json_out else queue_line(entry))
+
+
+@app.command("daemon")
+def daemon_command(
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The data directory it "
+                                         "serves (job archives, queue, token)."),
+    port: int | None = typer.Option(None, "--port", help="The HTTP port (daemon.port; 0: any "
+                                    "free one, see <data_dir>/daemon.json)."),
+    host: str | None = typer.Option(None, "--host", help="The address (daemon.host; loopback "
+                                    "unless you say otherwise)."),
+    socket: Path | None = typer.Option(None, "--socket", help="Also serve on this unix socket "
+                                       "(mode 0600; daemon.socket)."),
+    max_jobs: int | None = typer.Option(None, "--max-jobs", help="Jobs run at once, 1 to "
+                                        "1024 (daemon.max_jobs); the others wait queued."),
+) -> None:
+    """Run the daemon: a local HTTP API (bearer token in <data_dir>/daemon.token) that queues
+    jobs, runs them a few at a time and resumes them after a crash (docs/daemon.md). Ctrl-C
+    or SIGTERM stops it; running jobs resume at the next start."""
+    overrides = _data_dir(data_dir)
+    for key, value in (("daemon.port", port), ("daemon.host", host),
+                       ("daemon.socket", str(socket) if socket else None),
+                       ("daemon.max_jobs", max_jobs)):
+        if value is not None:
+            overrides[key] = value
+
+    def announce(info: dict[str, Any]) -> None:
+        from gliding.daemon.queue import token_path
+
+        also = f" and {info['socket']}" if info.get("socket") else ""
+        _say(f"gliding daemon: serving {info['url']}{also} for {settings.data_dir} "
+             f"(token: {token_path(settings.data_dir)}; up to {settings.daemon.max_jobs} jobs "
+             "at once; Ctrl-C stops)", event="daemon.ready", **info)
+
+    try:
+        from gliding.daemon.api import serve
+
+        settings = _settings(overrides)
+        serve(settings, announce=announce,
+              warn=lambda line: _say(line, event="daemon.warning", level="warning"))
+    except KeyboardInterrupt:  # before the daemon took over the signal
+        raise typer.Exit(130) from None
+    except Exception as exc:
+        _fail(exc)
+
+
+@app.command("worker")
+def worker_command(
+    broker: str | None = typer.Option(None, "--broker", help="The MQTT 5 broker, "
+                                      "mqtt://host:port (bus.url)."),
+    roles: str = typer.Option("PA,DA,CA,AA", "--roles", help="The roles it serves, "
+                              "comma-separated."),
+    concurrency: int = typer.Option(1, "--concurrency", help="Assignments it runs at once."),
+    remote: bool = typer.Option(False, "--remote", help="Write L0 through the broker even "
+                                "where this host has the job's archive."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Its own data directory "
+                                         "(begin marks of remote jobs, its blackboard)."),
+) -> None:
+    """Run agents for the jobs of a daemon (or `gliding run`) with daemon.agents: workers:
+    take their assignments from the broker, N workers splitting the work (docs/daemon.md,
+    Workers). Ctrl-C or SIGTERM stops it; what it held is handed to another worker."""
+    overrides = _data_dir(data_dir)
+    if broker is not None:
+        overrides["bus.url"] = broker
+    wanted = [r.strip().upper() for r in roles.split(",") if r.strip()]
+
+    def announce(info: dict[str, Any]) -> None:
+        board = "with" if info["blackboard"] else "without"
+        _say(f"gliding worker {info['worker']}: serving {','.join(info['roles'])} from "
+             f"{info['broker']} ({info['concurrency']} at once, {board} a blackboard; "
+             "Ctrl-C stops)", event="worker.ready", **info)
+
+    try:
+        import anyio
+
+        from gliding.daemon.workers import serve_worker
+
+        settings = _settings(overrides)
+        anyio.run(lambda: serve_worker(settings, roles=wanted, concurrency=concurrency,
+                                       remote=remote, announce=announce))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except Exception as exc:
+        _fail(exc)
+
+
+def _client(data_dir: Path | None) -> Any:
+    """The settings and the client of the daemon of the data directory.
+
+    Raises:
+        UsageError: no daemon runs for it ("start one with `gliding daemon`").
+    """
+    from gliding.cli.client import DaemonClient
+
+    settings = _settings(_data_dir(data_dir))
+    return settings, DaemonClient.connect(settings.data_dir)
+
+
+@app.command()
+def submit(
+    task: Path = typer.Argument(..., help="The task file (task.yaml)."),
+    model: str | None = typer.Option(None, "--model", "-m",
+                                     help="Model: local, local:/path.gguf, "
+                                     "scripted:replies.yaml or a litellm string."),
+    wait: bool = typer.Option(False, "--wait", help="Follow the job until it ends; exit as "
+                              "gliding run does (0: success)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines (--wait)."),
+) -> None:
+    """Queue a task with the running daemon; print the job id."""
+    try:
+        from gliding.config.yamlsource import USER_FILE_MAX_BYTES, read_yaml_text
+        from gliding.errors import TaskFileError
+
+        settings, client = _client(data_dir)
+        text = read_yaml_text(task, what="task file", error=TaskFileError,
+                              max_bytes=USER_FILE_MAX_BYTES)
+        if model and model.startswith("scripted:"):  # the replies file is the caller's
+            replies = Path(model.split(":", 1)[1]).expanduser()
+            model = f"scripted:{replies.resolve()}" if replies.parts else model
+        with client:
+            answer = client.submit(text, task.name, model=model,
+                                   base_dir=str(task.resolve().parent))
+    except Exception as exc:
+        _fail(exc)
+        return
+    job = str(answer["job"])
+    typer.echo(job)
+    if wait:
+        _wait_for(settings.data_dir, job, quiet)
+
+
+def _wait_for(data_dir: Path, job: str, quiet: bool) -> None:
+    """Follow ``job``'s events (across daemon restarts) until it ends; exit 0 on success."""
+    try:
+        from gliding.cli.client import follow
+        from gliding.cli.render import event_line
+
+        end: dict[str, Any] = {}
+        for record in follow(data_dir, job):
+            if not quiet and record["event"] != "job.ended":
+                _say(event_line(record), event="job.progress", kind=record["event"], job=job,
+                     data=record.get("data"))
+            end = record
+    except Exception as exc:
+        _fail(exc)
+        return
+    data = end.get("data") or {}
+    outcome = {"job.finished": data.get("outcome"), "job.cancelled": "cancelled",
+               "job.stopped": "interrupted"}.get(end.get("event", ""))
+    if end.get("event") == "job.ended":
+        outcome = data.get("outcome") or data.get("state")
+    typer.echo(f"{job} {outcome}")
+    raise typer.Exit(0 if outcome == "success" else 1)
+
+
+@app.command()
+def status(
+    job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
+    json_out: bool = typer.Option(False, "--json", help="Print it as JSON."),
+) -> None:
+    """How a job of the running daemon stands: state, outcome, turns, tokens."""
+    try:
+        _settings_, client = _client(data_dir)
+        with client:
+            found = client.status(job)
+    except Exception as exc:
+        _fail(exc)
+        return
+    from gliding.cli.render import json_text, status_text
+
+    typer.echo(json_text(found) if json_out else status_text(found))
+
+
+@app.command()
+def logs(
+    job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
+    follow_: bool = typer.Option(False, "--follow", "-f", help="Go on until the job ends."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON event a line."),
+) -> None:
+    """The events of a job of the running daemon, one a line (-f: follow them)."""
+    try:
+        from gliding.cli.client import follow
+        from gliding.cli.render import event_line, json_text
+
+        settings, client = _client(data_dir)
+        with client:
+            records = (follow(settings.data_dir, job) if follow_ else
+                       client.events(job, follow=False))
+            for record in records:
+                if record["event"] == "job.ended":
+                    continue
+                typer.echo(json_text(record, indent=None) if json_out else event_line(record))
+    except Exception as exc:
+        _fail(exc)
+
+
+@app.command()
+def cancel(
+    job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
+) -> None:
+    """Cancel a job of the running daemon: a queued one never starts, a running one stops
+    at its next safe point (gliding resume JOB, or the API's resume, continues it)."""
+    try:
+        _settings_, client = _client(data_dir)
+        with client:
+            found = client.cancel(job)
+    except Exception as exc:
+        _fail(exc)
+        return
+    from gliding.cli.logs import terminal_safe
+
+    typer.echo(terminal_safe(f"{found['job']} {found['state']}"))
 
 
 @app.command("mcp")

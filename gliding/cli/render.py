@@ -180,3 +180,80 @@ def json_text(data: Any, *, indent: int | None = 2,
     """``data`` as JSON for the terminal: readable Unicode, every control character escaped."""
     text = json.dumps(data, indent=indent, ensure_ascii=False, default=default)
     return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+# -- the daemon's jobs (gliding submit, status, logs, jobs) --------------------------------------
+
+def event_line(record: dict[str, Any]) -> str:
+    """One event of a daemon job's stream (``seq``, ``at``, ``event``, ``data``) as a line:
+    its time, then the progress line ``gliding run`` shows for it, or what the daemon did."""
+    import time
+
+    at = record.get("at")
+    stamp = time.strftime("%H:%M:%S", time.localtime(at)) if isinstance(at, int | float) \
+        else "--:--:--"
+    name, data = str(record.get("event", "?")), record.get("data") or {}
+    text: str | None = None
+    try:
+        text = progress_line(JobEvent(job=str(record.get("job", "")), event=name, data=data))
+    except (KeyError, TypeError, ValueError):
+        text = None
+    if text is None:
+        text = _daemon_event(name, data)
+    return terminal_safe(f"{stamp} {text}")
+
+
+def _daemon_event(name: str, d: dict[str, Any]) -> str:
+    if name == "job.queued":
+        return "queued again (to resume)" if d.get("resume") else f"queued: {d.get('goal', '')}"
+    if name == "job.dispatched":
+        again = "resumed" if int(d.get("run") or 1) > 1 else "started"
+        return f"{again} by the daemon (run {d.get('run')}, {d.get('running')} running)"
+    if name == "job.finished":
+        return f"finished: {d.get('outcome')}"
+    if name == "job.cancelled":
+        return "cancelled" + ("" if d.get("ran") else " before it started")
+    if name == "job.stopped":
+        return f"stopped: {d.get('error')}"
+    if name == "job.suspended":
+        return "suspended: the daemon stopped; it resumes the job when it starts again"
+    return f"{name} {json.dumps(d, ensure_ascii=False, default=str)[:300]}"
+
+
+def queue_line(job: dict[str, Any]) -> str:
+    """A job of the daemon's queue as ``gliding jobs`` lists it."""
+    state = job.get("outcome") or job.get("state") or "?"
+    if job.get("state") == "interrupted":
+        state = "interrupted"
+    runs = int(job.get("runs") or 0)
+    resumed = f"  (resumed {runs - 1}×)" if runs > 1 else ""
+    error = f"  {job['error']}" if job.get("error") and state != "success" else ""
+    return terminal_safe(f"{job.get('job')}  {state:<15} {str(job.get('goal', ''))[:60]}"
+                         f"{resumed}{error}")
+
+
+def status_text(s: dict[str, Any]) -> str:
+    """How a daemon job stands, one ``key: value`` a line."""
+    import time
+
+    def when(t: Any) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+    lines = [f"job:       {s['job']}",
+             f"state:     {s['state']}" + (f" ({s['outcome']})" if s.get("outcome") else ""),
+             f"goal:      {s.get('goal', '')}",
+             f"task:      {s.get('name', '')}   workspace {s.get('workspace', '')}",
+             "model:     " + (s.get("model") or "(the task's, else llm.model)"),
+             f"submitted: {when(s.get('submitted'))}   started {when(s.get('started'))}   "
+             f"finished {when(s.get('finished'))}   runs {s.get('runs', 0)}"]
+    if s.get("error"):
+        lines.append(f"error:     {s['error']}")
+    p = s.get("progress")
+    if p:
+        roles = ", ".join(f"{r} {n}" for r, n in p["turns_by_role"].items()) or "none yet"
+        t = p["tokens"]
+        lines.append(f"turns:     {p['turns']} ({roles})")
+        lines.append(f"tokens:    prompt {t['prompt']}, completion {t['completion']}, "
+                     f"${t['cost_usd']:.4f}")
+        lines.append(f"archive:   {s.get('archive')} ({p['archive_status']})")
+    return "\n".join(terminal_safe(line) for line in lines)

@@ -113,6 +113,7 @@ class SchedulerSettings(_Section):
     max_corrections: int = Field(2, ge=0, le=100)  # CA failures sent back to DA per cycle
     max_cycles: int = Field(2, ge=1, le=100)  # PDCA cycles AA may run in total
     simple_goal_max_words: int = Field(12, ge=0, le=10_000)  # pipeline auto: short goals: DA
+    max_parallel: int = Field(4, ge=1, le=64)  # exploratory: plan steps DA works on at once
 
 
 class ToolResultIRISettings(_Section):
@@ -270,6 +271,24 @@ class MCPSettings(_Section):
         return mcp_server_names(value) if isinstance(value, dict) else value
 
 
+class BusSettings(_Section):
+    url: str | None = None  # mqtt://host:port of an MQTT 5 broker; None = the in-process bus
+    connect_timeout_s: float = Field(5.0, gt=0, le=600)  # then the broker is unreachable
+    keepalive_s: int = Field(30, ge=5, le=3600)  # MQTT keep-alive of every connection
+    reconnect_max_s: float = Field(10.0, gt=0, le=600)  # longest wait between reconnect tries
+    max_buffer: int = Field(1000, ge=1, le=1_000_000)  # deliveries one subscription holds
+
+
+class DaemonSettings(_Section):
+    host: str = Field("127.0.0.1", min_length=1, max_length=255)  # the HTTP API's address
+    port: int = Field(8765, ge=0, le=65535)  # the HTTP API's port (0: any free one)
+    socket: Path | None = None  # also serve the API on this unix socket
+    max_jobs: int = Field(4, ge=1, le=1024)  # jobs the daemon runs at once; the rest queue
+    heartbeat_s: float = Field(2.0, gt=0, le=600)  # how often a worker says it is alive
+    lease_s: float = Field(10.0, gt=0, le=3600)  # no heartbeat this long: the work is handed on
+    agents: Literal["local", "workers"] = "local"  # workers: `gliding worker`s over bus.url
+
+
 class Settings(_Section):
     data_dir: Path = Path(".gliding")  # job archives live under <data_dir>/jobs/<job>/
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
@@ -280,6 +299,8 @@ class Settings(_Section):
     context: ContextSettings = ContextSettings()
     memory: MemorySettings = MemorySettings()
     mcp: MCPSettings = MCPSettings()
+    bus: BusSettings = BusSettings()
+    daemon: DaemonSettings = DaemonSettings()
 
     @field_validator("data_dir", mode="before")
     @classmethod

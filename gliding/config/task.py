@@ -5,7 +5,7 @@ A task file says what to achieve and within which limits::
     goal: Create hello.txt containing exactly "Hello, World!"   # required
     workspace: workspace        # default "workspace", relative to the task file's directory
     model: local                # default: whatever settings / --model say
-    pipeline: auto              # or a list of roles, e.g. [PA, DA, CA]; must contain DA
+    pipeline: auto              # or exploratory, or a list of roles, e.g. [PA, DA, CA]
     budgets:
       turns: 6                  # every role, or {PA: 2, DA: 6}; a role left out keeps the
                                 # max_turns of its role file (roles/<ROLE>.yaml)
@@ -72,7 +72,7 @@ class Task:
     goal: str
     workspace: Path  # absolute and resolved; may not exist yet
     model: str | None  # None: settings or --model decide
-    pipeline: Literal["auto"] | tuple[str, ...]
+    pipeline: Literal["auto", "exploratory"] | tuple[str, ...]
     turns: dict[str, int]  # the roles the task file caps; the others keep their role file's
     prompt_tokens: int | dict[str, int] | None  # a number for the job, or per role
     cost_usd: float | dict[str, float] | None
@@ -97,9 +97,26 @@ def load_task(path: Path) -> Task:
             The message names the file, the field and its line.
     """
     path = Path(path)
-    source = str(path)
     text = read_yaml_text(path, what="task file", error=TaskFileError,
                           max_bytes=USER_FILE_MAX_BYTES)
+    return load_task_text(text, str(path), path.parent)
+
+
+def load_task_text(text: str, source: str, base_dir: Path) -> Task:
+    """Validate the text of a task file named ``source`` (how messages name it, e.g. a file
+    a client read), its relative workspace taken from ``base_dir``; create or write nothing.
+    ``Task.source`` is ``base_dir / <source's file name>``.
+
+    Raises:
+        TaskFileError: the text is larger than 256 KiB, or as ``load_task`` says (empty,
+            not YAML, not a mapping, does not validate, a workspace no job may have); the
+            message names ``source``, the field and its line.
+    """
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > USER_FILE_MAX_BYTES:
+        raise TaskFileError(f"{source}: the task file is too large ({size} bytes); a task "
+                            f"file may be at most 256 KiB ({USER_FILE_MAX_BYTES} bytes)")
+    path = Path(base_dir) / (Path(source).name or "task.yaml")
     data, lines = load_yaml_with_lines(text, source, error=TaskFileError)
     if data is None:
         raise TaskFileError(
@@ -233,7 +250,7 @@ def task_from_record(data: dict[str, Any]) -> Task:
         pipeline = data["pipeline"]
         return Task(
             goal=str(data["goal"]), workspace=Path(data["workspace"]), model=data.get("model"),
-            pipeline="auto" if pipeline == "auto" else tuple(pipeline),
+            pipeline=pipeline if pipeline in ("auto", "exploratory") else tuple(pipeline),
             turns={str(k): int(v) for k, v in (data.get("turns") or {}).items()},
             prompt_tokens=data.get("prompt_tokens"), cost_usd=data.get("cost_usd"),
             completion_tokens=data.get("completion_tokens"),
@@ -452,12 +469,15 @@ class CheckSpec(_Spec):
         return CommandSucceeds(command=self.command.run, timeout_s=self.command.timeout_s)
 
 
-def _pipeline(value: Any) -> Literal["auto"] | tuple[str, ...]:
+def _pipeline(value: Any) -> Literal["auto", "exploratory"] | tuple[str, ...]:
     if value is None or value == "auto":
         return "auto"
+    if value == "exploratory":
+        return "exploratory"
     if not isinstance(value, list):
         raise _invalid(
-            f"must be 'auto' or a list of roles like [PA, DA, CA], got {shown(value)}"
+            "must be 'auto' or a list of roles like [PA, DA, CA] (or 'exploratory'), "
+            f"got {shown(value)}"
         )
     if not value:
         raise _invalid("must not be an empty list; use 'auto' or list roles like [DA, CA]")

@@ -6,6 +6,13 @@ Forms:
     gliding://job/<job>/result/<call>           one tool result
     gliding://job/<job>/artifact/<path>         a file a job produced (path inside the workspace)
     gliding://job/<job>/<kind>/<name>           any other archived record (plan, check, decision)
+
+A role's turns are numbered per session. A role has one session per job (``DA``), except a DA
+working on one plan step of the exploratory pipeline: its session is ``<ROLE>.<cycle>.<step>``
+(``step_session``), so DAs running at the same time never share a turn or result IRI:
+``gliding://job/<job>/turn/DA.1.s2/3`` and ``gliding://job/<job>/result/DA.1.s2-3-0``. A step
+id has letters, digits, ``_`` and ``-`` only (``core.plan``), so the name reads back without
+ambiguity (``parse_step_session``).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ SCHEME = "gliding://"
 _JOB_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
 _KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _SEGMENT_RE = re.compile(r"^[A-Za-z0-9_.~%-]{1,200}$")
+_SESSION_RE = re.compile(r"^([A-Za-z]{1,16})\.([0-9]{1,6})\.([A-Za-z0-9_-]{1,32})$")
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,23 @@ def job_iri(job: str) -> IRI:
 
 def turn_iri(job: str, role: str, n: int) -> IRI:
     return IRI(_check_job(job), "turn", (role, str(n)))
+
+
+def step_session(role: str, cycle: int, step: str) -> str:
+    """The session name of ``role`` working on plan step ``step`` of cycle ``cycle``."""
+    name = f"{role}.{cycle}.{step}"
+    if not _SESSION_RE.match(name):
+        raise IRIError(f"bad step session {name!r}",
+                       hint="step ids are letters, digits, '_' and '-' (at most 32)")
+    return name
+
+
+def parse_step_session(name: str) -> tuple[str, int, str] | None:
+    """(role, cycle, step) of a step session name; None for a plain role name."""
+    found = _SESSION_RE.match(name)
+    if found is None:
+        return None
+    return found.group(1), int(found.group(2)), found.group(3)
 
 
 def result_iri(job: str, call: str) -> IRI:

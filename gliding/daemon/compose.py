@@ -34,8 +34,8 @@ from pydantic import ValidationError
 from gliding.agents.roles import RoleSpec, load_roles
 from gliding.agents.worker import AgentWorker, JobAgents
 from gliding.bus import topics
-from gliding.bus.inproc import InProcessBus
 from gliding.bus.messages import Assignment, CheckReportMsg, JobEvent
+from gliding.bus.port import Bus
 from gliding.config.settings import Settings
 from gliding.config.task import (
     WORKSPACE_HINT,
@@ -50,7 +50,7 @@ from gliding.core.ids import new_job_id
 from gliding.core.iri import record_iri
 from gliding.core.messages import Usage
 from gliding.daemon.jobs import FINISHED, JobLock, WorkspaceLock, record_stop, stop_error
-from gliding.daemon.runtime import Runtime
+from gliding.daemon.runtime import Runtime, open_bus
 from gliding.errors import ArchiveError, TaskFileError, UsageError
 from gliding.llm.port import LLM, backend_kind
 from gliding.memory.archive import Archive, archive_path
@@ -134,8 +134,9 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
     clock = clock or SystemClock()
     job = job_id or new_job_id(clock.now())
     _check_workspace(task, settings, create=True)
-    sandbox = await _sandbox(job, task, settings, on_event)  # refused: nothing is written
+    sandbox = await job_sandbox(job, task, settings, on_event)  # refused: nothing is written
     _with_task_groups({}, task)  # an unknown tool group is refused before anything is written
+    check_agents(settings)
     fresh = not archive_path(settings.data_dir, job).exists()
     with WorkspaceLock(settings.data_dir, task.workspace, job), \
             Archive.open(settings.data_dir, job) as archive:  # a bad data dir writes nothing
@@ -176,6 +177,7 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
         that stopped it (recorded as for ``run_job``).
     """
     clock = clock or SystemClock()
+    check_agents(settings)
     with Archive.open(settings.data_dir, job, create=False) as archive, ExitStack() as stack:
         with JobLock(archive.path.parent):
             status = str(archive.get_meta("status", "running"))
@@ -190,7 +192,7 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
             _check_workspace(task, settings, create=False)
             workspace_lock = WorkspaceLock(settings.data_dir, task.workspace, job).acquire()
             stack.callback(workspace_lock.release)
-            sandbox = await _sandbox(job, task, settings, on_event)
+            sandbox = await job_sandbox(job, task, settings, on_event)
             backend = llm or build_llm(model_spec, settings)
             start: Snapshot = archive.get_meta("workspace_start") or {}
             entry = last_entry(archive)
@@ -257,7 +259,8 @@ def _first_state(job: str, task: Task,
                                     simple_max_words=settings.scheduler.simple_goal_max_words)
     return supervisor.start(job, task.goal, choice, [c.describe() for c in task.checks],
                             max_corrections=settings.scheduler.max_corrections,
-                            max_cycles=settings.scheduler.max_cycles)
+                            max_cycles=settings.scheduler.max_cycles,
+                            max_parallel=settings.scheduler.max_parallel)
 
 
 @dataclass
@@ -297,16 +300,15 @@ async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
 async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Command], *,
                            resumed: bool) -> JobReport:
     job, task, settings, archive = state.job, j.task, j.settings, j.archive
-    async with _runtime(j.runtime, settings) as rt:
-        bus = InProcessBus()
+    async with _runtime(j.runtime, settings) as rt, open_bus(settings) as bus:
         port = LocalArchive(archive, settings.data_dir)
         budget = BudgetTracker(limits_of(task), started_at=j.clock.monotonic())
         for call in await port.calls():  # what earlier runs of the job already paid
             budget.record(call.role, Usage(call.prompt_tokens, call.completion_tokens,
                                            call.cached_tokens, call.cost_usd))
         checks = ChecksGroup(task.checks)
-        mcp = _mcp_groups(task, settings)
-        roles = _with_task_groups(_with_mcp(j.roles, mcp), task)
+        mcp = mcp_groups(task, settings)
+        roles = task_roles(j.roles, mcp, task)
         tools = job_groups(checks=checks, reader=port, iri_base=f"gliding://job/{job}/",
                            knowledge=rt.access(), web=settings.tools.web, mcp=mcp,
                            asked=[g for r in roles.values()
@@ -329,7 +331,7 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                         settings=settings, counter=rt.counter,
                         briefing=briefing if rt.projector is not None else None,
                         began_dir=_began_dir(archive), sandbox=j.sandbox)
-        worker = AgentWorker(kit, state.roles)
+        worker = AgentWorker(kit, state.roles, concurrency=settings.scheduler.max_parallel)
 
         async def verify(command: Verify) -> CheckReportMsg:
             results = await checks.run(ToolContext(task.workspace, settings.tools,
@@ -368,7 +370,7 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                         workspace_changed=j.workspace_changed)
 
 
-def _mcp_groups(task: Task, settings: Settings) -> list[MCPGroup]:
+def mcp_groups(task: Task, settings: Settings) -> list[MCPGroup]:
     """The job's MCP servers as tool groups, not yet open (docs/mcp.md); none declared: the
     MCP SDK is not even imported."""
     if not settings.mcp.servers and not task.mcp_servers:
@@ -377,6 +379,16 @@ def _mcp_groups(task: Task, settings: Settings) -> list[MCPGroup]:
 
     return mcp_groups(settings.mcp, task.mcp_servers, workspace=task.workspace,
                       env_allow=settings.tools.env_allow)
+
+
+def task_roles(roles: dict[str, RoleSpec], mcp: list[MCPGroup],
+               task: Task) -> dict[str, RoleSpec]:
+    """The roles of ``task``'s job: with the MCP groups and the task's own tool groups.
+
+    Raises:
+        TaskFileError: the task names a tool group no role may name.
+    """
+    return _with_task_groups(_with_mcp(roles, mcp), task)
 
 
 def _with_mcp(roles: dict[str, RoleSpec], groups: list[MCPGroup]) -> dict[str, RoleSpec]:
@@ -418,7 +430,7 @@ def _with_task_groups(roles: dict[str, RoleSpec], task: Task) -> dict[str, RoleS
 
 
 async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resumed: bool,
-                 bus: InProcessBus, worker: AgentWorker, ingest: IngestService | None,
+                 bus: Bus, worker: AgentWorker, ingest: IngestService | None,
                  journal: ArchiveJournal, verify: Verifier) -> SupervisorState:
     """Start ingestion, the agents and the event forwarding; run the supervisor to its end."""
     job = state.job
@@ -426,7 +438,10 @@ async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resum
 
     async def serve_agents(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         with agents:
-            await worker.serve(task_status=task_status)
+            if j.settings.daemon.agents == "workers":  # on `gliding worker`s, over the broker
+                await _serve_remote(j, bus, worker, task_status=task_status)
+            else:
+                await worker.serve(task_status=task_status)
 
     async with bus.subscribe(topics.events(job), max_buffer=1000) as events:
         async with anyio.create_task_group() as tg:
@@ -451,7 +466,39 @@ async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resum
     return final
 
 
-async def _close(job: str, tools: Any, bus: InProcessBus, *, quiet: bool) -> None:
+async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *,
+                        task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+    """The job's side of agents on workers: the dispatcher that hands its assignments out and
+    the archive server that writes what workers without the archive file send."""
+    from gliding.daemon.dispatch import Dispatcher
+    from gliding.memory.bus_archive import ArchiveServer
+
+    archive, settings = j.archive, j.settings
+    model = await anyio.to_thread.run_sync(archive.get_meta, "model_spec")
+    dispatcher = Dispatcher(bus, archive.job, task_record=task_record(j.task),
+                            model=str(model or j.llm.name),
+                            origin=os.path.realpath(settings.data_dir),
+                            lease_s=settings.daemon.lease_s, briefing=worker.kit.briefing)
+    server = ArchiveServer(bus, LocalArchive(archive, settings.data_dir))
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.serve)
+        await tg.start(dispatcher.serve)
+        task_status.started()
+
+
+def check_agents(settings: Settings) -> None:
+    """Refuse agents on workers without a broker to reach them through.
+
+    Raises:
+        UsageError: ``daemon.agents`` is ``workers`` and ``bus.url`` is not set.
+    """
+    if settings.daemon.agents == "workers" and settings.bus.url is None:
+        raise UsageError("daemon.agents is 'workers' but bus.url names no MQTT broker",
+                         hint="set bus.url (e.g. mqtt://127.0.0.1:1883) and start "
+                              "`gliding worker --broker URL`, or set daemon.agents: local")
+
+
+async def _close(job: str, tools: Any, bus: Bus, *, quiet: bool) -> None:
     """Close the tool groups, then the bus, each even when the other fails. ``quiet``: an
     error is on its way out already, so a failure here is logged, not raised over it."""
     first: BaseException | None = None
@@ -476,7 +523,7 @@ async def _runtime(given: Runtime | None, settings: Settings) -> AsyncIterator[R
         yield runtime
 
 
-async def _sandbox(job: str, task: Task, settings: Settings,
+async def job_sandbox(job: str, task: Task, settings: Settings,
                    on_event: Callable[[JobEvent], None] | None) -> Sandbox:
     """The sandbox of the job's commands, after checking it can run (the data directory is
     hidden from them); the first event says what confines them.

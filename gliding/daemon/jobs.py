@@ -130,6 +130,44 @@ class JobLock:
         self.release()
 
 
+DAEMON_LOCK = Path("daemon") / "daemon.lock"
+
+
+class DaemonBusy(UsageError):
+    """Another daemon serves the data directory."""
+
+    code = "daemon.busy"
+
+
+class DaemonLock(JobLock):
+    """The right to be the one daemon of a data directory: an ``flock`` on
+    ``<data_dir>/daemon/daemon.lock`` (its file holds the holder's pid), held like a job's
+    lock (the kernel drops it however the daemon ends; forked children close their copy)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir / DAEMON_LOCK.parent)
+        self.path = data_dir / DAEMON_LOCK
+
+    def acquire(self) -> DaemonLock:
+        """Take the lock for this process (it creates ``<data_dir>/daemon/``).
+
+        Raises:
+            DaemonBusy: another daemon holds it. ArchiveError: it cannot be made.
+        """
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ArchiveError(f"cannot create {self.path.parent}: {exc.strerror or exc}",
+                               hint="check that the data dir is writable") from exc
+        try:
+            super().acquire()
+        except JobBusy as exc:
+            pid = exc.message.rsplit("(pid ", 1)[-1].rstrip(")")
+            raise DaemonBusy(f"a daemon already serves {self.path.parent.parent} (pid {pid})",
+                             hint="use that one (gliding submit), or stop it first") from None
+        return self
+
+
 class WorkspaceLock:
     """The exclusive right to work in one workspace, among the jobs of one data directory.
 
@@ -189,6 +227,17 @@ class WorkspaceLock:
         self.release()
 
 
+def _cancelled() -> type[BaseException]:
+    """The running event loop's cancellation exception (asyncio's when no loop runs: the CLI
+    sorts an error out after ``anyio.run`` returned)."""
+    try:
+        return anyio.get_cancelled_exc_class()
+    except RuntimeError:  # no loop (anyio's NoEventLoopError is a RuntimeError)
+        import asyncio
+
+        return asyncio.CancelledError
+
+
 def stop_error(exc: BaseException, job: str | None = None) -> GlidingError | None:
     """The one error to report for ``exc``, which stopped a job: its first real cause.
 
@@ -203,7 +252,7 @@ def stop_error(exc: BaseException, job: str | None = None) -> GlidingError | Non
     if any(isinstance(e, KeyboardInterrupt | SystemExit) for e in leaves):
         return None
     errors = [e for e in leaves if isinstance(e, Exception)
-              and not isinstance(e, anyio.get_cancelled_exc_class())]
+              and not isinstance(e, _cancelled())]
     if not errors:
         return None
 

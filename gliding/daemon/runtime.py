@@ -8,6 +8,8 @@
     projector  L3 briefings, with a view cache every job's writes invalidate
     counter    the cl100k token counter
 
+``open_bus`` gives the bus of ``bus.url``: an MQTT 5 broker's, or one inside the process.
+
 Opening (``Runtime.open``, an async context) loads the knowledge index on a worker thread;
 leaving the context closes everything once (``close``, on a worker thread). This module and
 ``compose`` are the composition root: the only places that pick backends.
@@ -24,6 +26,8 @@ from typing import cast
 import anyio
 import structlog
 
+from gliding.bus.inproc import InProcessBus
+from gliding.bus.port import Bus
 from gliding.config.settings import Settings
 from gliding.context.tokens import TokenCounter
 from gliding.errors import GlidingError
@@ -109,6 +113,25 @@ class Runtime:
             self.board.close()
             self.board = None
         self.projector = None
+
+
+@asynccontextmanager
+async def open_bus(settings: Settings, *, client_id: str | None = None) -> AsyncIterator[Bus]:
+    """The bus ``bus.url`` names: an MQTT 5 broker's, else one in this process; closed when
+    the context ends.
+
+    Raises:
+        BusError: the broker cannot be reached within ``bus.connect_timeout_s`` or the URL is
+            not ``mqtt://host:port``.
+    """
+    if settings.bus.url is None:
+        async with InProcessBus() as local:
+            yield local
+        return
+    from gliding.bus.mqtt import MQTTBus
+
+    async with MQTTBus.from_settings(settings.bus, client_id=client_id) as remote:
+        yield remote
 
 
 def blackboard_path(data_dir: Path) -> Path:

@@ -26,23 +26,19 @@ lines that bind a service method to its schema.
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import os
 import signal
 import socket
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 import structlog
-import yaml
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import MCPServer
@@ -55,15 +51,18 @@ from gliding import __version__
 from gliding.bus.messages import JobEvent
 from gliding.cli.render import progress_line, report_dict
 from gliding.config.settings import Settings
-from gliding.config.task import Task, TaskSpec, load_task
+from gliding.config.task import Task, load_task, load_task_text
 from gliding.core.ids import new_job_id
 from gliding.core.iri import job_iri, parse_iri
-from gliding.core.text import clip
 from gliding.daemon.compose import build_llm, run_job
-from gliding.daemon.jobs import FINISHED, job_info, list_jobs
+from gliding.daemon.jobs import FINISHED, list_jobs
 from gliding.daemon.runtime import Runtime, blackboard_path
+from gliding.daemon.service import archived_status as _archived_status
+from gliding.daemon.service import bounded
+from gliding.daemon.service import read_page as _read_page
+from gliding.daemon.service import utf8_page as _utf8_page  # noqa: F401  (its old home)
 from gliding.errors import GlidingError, IRIError, NotFoundError, TaskFileError, UsageError
-from gliding.memory.archive import Archive, archive_path, open_for_iri
+from gliding.memory.archive import archive_path
 from gliding.memory.blackboard import check_read_only_query
 
 log = structlog.get_logger("gliding.mcp")
@@ -359,83 +358,9 @@ class Service:
 
 
 def _inline_task(text: str, base_dir: Path) -> Task:
-    """An inline task file: validated as a file is, its workspace taken from ``base_dir``.
-    Raises TaskFileError (naming ``task_yaml`` and the line)."""
-    with tempfile.TemporaryDirectory(prefix="gliding-mcp-") as tmp:
-        path = Path(tmp) / INLINE
-        path.write_text(text, encoding="utf-8")
-        try:
-            task = load_task(path)
-        except TaskFileError as exc:
-            raise TaskFileError(exc.message.replace(str(path), INLINE), hint=exc.hint) from None
-    spec = TaskSpec.model_validate(yaml.safe_load(text))  # load_task accepted it
-    try:
-        workspace = (base_dir / Path(spec.workspace).expanduser()).resolve()
-    except (OSError, RuntimeError) as exc:
-        raise TaskFileError(f"{INLINE}: workspace: cannot use {spec.workspace!r}: "
-                            f"{exc}") from exc
-    if workspace.exists() and not workspace.is_dir():
-        raise TaskFileError(f"{INLINE}: workspace: {workspace} exists and is not a directory",
-                            hint="point workspace at a directory")
-    return replace(task, workspace=workspace, source=base_dir / INLINE)
-
-
-def _archived_status(data_dir: Path, job: str) -> dict[str, Any] | None:
-    """How the archive of ``job`` says it stands; None when it has none."""
-    path = archive_path(data_dir, job)
-    if not path.is_file():
-        return None
-    info = job_info(data_dir, job)
-    with Archive.open(data_dir, job, create=False) as archive:
-        turns = archive.list(kind="turn")
-        calls = archive.calls()
-    by_role: dict[str, int] = {}
-    for item in turns:
-        role = str(item.meta.get("role", "?"))
-        by_role[role] = by_role.get(role, 0) + 1
-    return {"job": job, "status": info.status,
-            "outcome": info.status if info.status in FINISHED else None,
-            "goal": info.goal, "model": info.model, "resumes": info.resumes,
-            "turns": len(turns), "turns_by_role": by_role,
-            "last_turn": turns[-1].iri if turns else None,
-            "tokens": {"prompt": sum(c.prompt_tokens for c in calls),
-                       "completion": sum(c.completion_tokens for c in calls),
-                       "cost_usd": round(sum(c.cost_usd for c in calls), 6)},
-            "archive": str(path)}
-
-
-def _read_page(data_dir: Path, iri: str, offset: int, limit: int) -> dict[str, Any]:
-    archive, parsed = open_for_iri(data_dir, iri)
-    with archive:
-        item = archive.get(str(parsed))
-    content = item.content or b""
-    if offset > len(content):
-        raise UsageError(f"offset {offset} is past the end of {iri} ({len(content)} bytes)",
-                         hint="read from offset 0, or a next_offset an earlier page gave")
-    page = content[offset: offset + limit]
-    text = _utf8_page(page)
-    if text is not None:
-        page = text.encode("utf-8")
-    end = offset + len(page)
-    return {"iri": item.iri, "kind": item.kind, "media_type": item.media_type,
-            "size": item.size, "sha256": item.sha256, "offset": offset, "length": len(page),
-            "next_offset": end if end < len(content) else None,
-            "encoding": "utf-8" if text is not None else "base64",
-            "content": text if text is not None else base64.b64encode(page).decode("ascii"),
-            "meta": _bounded(item.meta, 2_000)}
-
-
-def _utf8_page(page: bytes) -> str | None:
-    """``page`` as text, less the bytes of a character its end cuts in two (never all of it);
-    None when it is not UTF-8 (e.g. it starts inside a character)."""
-    if not page:
-        return ""
-    for cut in range(min(4, len(page))):
-        try:
-            return page[: len(page) - cut].decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-    return None
+    """An inline task file: validated as a file is (``load_task_text``), its workspace taken
+    from ``base_dir``. Raises TaskFileError (naming ``task_yaml`` and the line)."""
+    return load_task_text(text, INLINE, base_dir)
 
 
 def _json_value(value: Any) -> Any:
@@ -449,31 +374,9 @@ def _json_value(value: Any) -> Any:
 
 
 def _bounded(data: Any, limit: int = MAX_ANSWER_CHARS) -> Any:
-    """``data`` if its JSON fits ``limit`` characters; else with its longest lists halved
-    (``<key>_left_out`` counts what each lost), then its long strings clipped."""
-    def size(value: Any) -> int:
-        return len(json.dumps(value, ensure_ascii=False, default=str))
-
-    if size(data) <= limit or not isinstance(data, dict):
-        return data
-    data = dict(data)
-    for key in sorted((k for k, v in data.items() if isinstance(v, list)),
-                      key=lambda k: -size(data[k])):
-        full = len(data[key])
-        while size(data) > limit and data[key]:
-            data[key] = data[key][: len(data[key]) // 2]
-            data[f"{key}_left_out"] = full - len(data[key])
-
-    def clipped(value: Any) -> Any:
-        if isinstance(value, str):
-            return clip(value, STRING_CHARS)
-        if isinstance(value, dict):
-            return {k: clipped(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [clipped(v) for v in value]
-        return value
-
-    return data if size(data) <= limit else clipped(data)
+    """``data`` if its JSON fits ``limit`` characters; else with its longest lists halved,
+    then its long strings clipped to STRING_CHARS (``service.bounded``)."""
+    return bounded(data, limit, STRING_CHARS)
 
 
 # -- MCP ---------------------------------------------------------------------------------------

@@ -4,11 +4,14 @@ revision of a node is kept in L0.
 Nodes written (vocabulary in docs/vocabulary.md; <path> and <name> percent-encoded):
 
     Job          gliding://job/<job>                         name = the goal
-    Plan, Step   gliding://job/<job>/plan/<cycle>[/step/<i>]  partOf the job / the plan
+    Plan, Step   gliding://job/<job>/plan/<cycle>[/step/<id>] partOf the job / the plan; a step
+                                                              dependsOn the steps it needs and,
+                                                              once a step DA works on it,
+                                                              doneBy that session's turns
     Artifact     gliding://job/<job>/artifact/<path>          produced by the job
     CheckReport  gliding://job/<job>/check/<cycle>.<attempt>/<i>  about the artifact it checks
     Decision     gliding://job/<job>/decision/<cycle>
-    Turn         gliding://job/<job>/turn/<ROLE>/<n>          the L0 turn; role, summary
+    Turn         gliding://job/<job>/turn/<session>/<n>       the L0 turn; role, summary
     ToolResult   gliding://job/<job>/result/<call>            the L0 result; name = the tool,
                                                               status ok/error, summary (with
                                                               ids), derivedFrom the turn,
@@ -17,6 +20,11 @@ Nodes written (vocabulary in docs/vocabulary.md; <path> and <name> percent-encod
     Symbol       gliding://job/<job>/symbol/<path>#<name>     name, path, line; partOf the File
                  gliding://job/<job>/symbol/<name>            (file unknown)
     Error        gliding://job/<job>/error/<sha256(text)[:16]>  text
+
+A plan's steps are the PlanSteps of its PlanMsg (plain strings: step ``<i>`` depending on step
+``<i-1>``). A turn of a step session (``turn/DA.<cycle>.<step>/<n>``, ``core.iri``) adds itself
+to that step's ``doneBy`` and makes the step ``doing``; the turn whose summary is that of an
+accepted finish (``finish(...) → finished``, as the agent loop writes it) makes it ``done``.
 
 Entities come from ``entities.extract``. One that does not validate is skipped (and logged),
 never the result or the other entities. An entity seen again is merged with what was written
@@ -37,7 +45,8 @@ from urllib.parse import quote
 
 import structlog
 
-from gliding.core.iri import hashed_segment, record_iri
+from gliding.bus.messages import PlanStep
+from gliding.core.iri import hashed_segment, parse_iri, parse_step_session, record_iri
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
 from gliding.memory.archive import Archive, ArchivedItem
@@ -102,6 +111,7 @@ class Ingestor:
         self._queue: list[Mapping[str, Any]] | None = None  # inside batch(): board writes
         self._undo: dict[str, tuple[int, str] | None] = {}  # inside batch(): revisions before
         self._unwritten: set[str] = set()  # archived, not (yet) on the board
+        self._steps: dict[str, dict[str, Any]] = {}  # step IRI -> its node as last put
 
     def put(self, node: Mapping[str, Any]) -> str:
         """Validate ``node``, archive its revision in L0 when its content changed, then write
@@ -179,19 +189,24 @@ class Ingestor:
             node["status"] = status
         return self.put(node)
 
-    def plan(self, cycle: int, steps: Sequence[str], turn_iri: str | None) -> str:
+    def plan(self, cycle: int, steps: Sequence[str | PlanStep], turn_iri: str | None) -> str:
+        """The Plan node of ``cycle`` and a Step node per step (a plain string: step ``<i>``,
+        depending on the one before)."""
         plan_iri = f"{self.job_iri}/plan/{cycle}"
         node: dict[str, Any] = {"@id": plan_iri, "@type": "Plan", "partOf": self.job_iri}
         if turn_iri:
             node["derivedFrom"] = [turn_iri]
         self.put(node)
-        previous = None
-        for i, text in enumerate(steps, 1):
-            step: dict[str, Any] = {"@id": f"{plan_iri}/step/{i}", "@type": "Step",
+        for i, item in enumerate(steps, 1):
+            if isinstance(item, str):
+                sid, text, needs = str(i), item, [str(i - 1)] if i > 1 else []
+            else:
+                sid, text, needs = item.id, item.text, list(item.depends_on)
+            step: dict[str, Any] = {"@id": _step_iri(plan_iri, sid), "@type": "Step",
                                     "text": text, "partOf": plan_iri, "status": "todo"}
-            if previous:
-                step["dependsOn"] = [previous]
-            previous = self.put(step)
+            if needs:
+                step["dependsOn"] = [_step_iri(plan_iri, d) for d in needs]
+            self._steps[self.put(step)] = step
         return plan_iri
 
     def artifact(self, path: str, archived_iri: str) -> str:
@@ -221,11 +236,15 @@ class Ingestor:
         for node, (revision, item) in latest_revisions(self.archive).items():
             if revision >= self._revisions.get(node, (0, ""))[0]:
                 self._revisions[node] = (revision, item.sha256)
-            if any(f"{self.job_iri}/{kind}/" in node for kind in ("file", "symbol", "error")):
+            entity = any(f"{self.job_iri}/{kind}/" in node for kind in ("file", "symbol",
+                                                                          "error"))
+            step = node.startswith(f"{self.job_iri}/plan/") and "/step/" in node
+            if entity or step:
                 try:
-                    self._entities[node] = from_jsonld(self.archive.get(item.iri).text())
+                    last = from_jsonld(self.archive.get(item.iri).text())
                 except VocabularyError:
                     continue  # a damaged revision: the next sighting starts the node afresh
+                (self._entities if entity else self._steps)[node] = last
         return len(self._revisions)
 
     def decision(self, cycle: int, decision: str, report: str) -> str:
@@ -234,11 +253,32 @@ class Ingestor:
                          "partOf": self.job_iri})
 
     def turn(self, role: str, n: int, iri: str, summary: str) -> str:
-        """The Turn node of one LLM turn, at its L0 IRI."""
+        """The Turn node of one LLM turn, at its L0 IRI; a step session's turn is also
+        recorded on its step (``doneBy``, ``status``)."""
         self._own(iri)
-        return self.put({"@id": iri, "@type": "Turn", "role": role,
-                         "summary": _one_line(summary, SUMMARY_CHARS) or f"{role} turn {n}",
-                         "partOf": self.job_iri})
+        parts = parse_iri(iri).parts
+        session = parse_step_session(parts[0]) if parts else None
+        if session is not None:
+            role = session[0]  # the role, whichever name the caller had for the session
+        out = self.put({"@id": iri, "@type": "Turn", "role": role,
+                        "summary": _one_line(summary, SUMMARY_CHARS) or f"{role} turn {n}",
+                        "partOf": self.job_iri})
+        if session is not None:
+            self._step_turn(session[1], session[2], iri, summary)
+        return out
+
+    def _step_turn(self, cycle: int, step: str, iri: str, summary: str) -> None:
+        step_iri = _step_iri(f"{self.job_iri}/plan/{cycle}", step)
+        node = self._steps.get(step_iri)
+        if node is None:  # the plan never reached the board: nothing to record it on
+            log.debug("blackboard.step.unknown", job=self.job, step=step_iri)
+            return
+        finished = summary.startswith("finish(") and summary.endswith("→ finished")
+        status = "done" if finished or node.get("status") == "done" else "doing"
+        done_by = [*node.get("doneBy", ()), iri]
+        node = {**node, "doneBy": list(dict.fromkeys(done_by)), "status": status}
+        self.put(node)
+        self._steps[step_iri] = node
 
     def tool_result(self, record: ToolCall, turn_iri: str | None = None) -> str:
         """The ToolResult node of one call, at its L0 IRI, and the entities it mentions."""
@@ -312,6 +352,10 @@ class Ingestor:
         if len(quote(name, safe="")) > MAX_SEGMENT_CHARS:  # L0 IRI segments are bounded
             name = hashed_segment(name)
         return str(record_iri(self.job, "node", kind, name or "-", str(revision)))
+
+
+def _step_iri(plan_iri: str, step: str) -> str:
+    return f"{plan_iri}/step/{quote(step, safe='')}"
 
 
 def latest_revisions(archive: Archive) -> dict[str, tuple[int, ArchivedItem]]:

@@ -77,6 +77,7 @@ PROPERTIES: dict[str, Property] = {
     for p in (
         Property("partOf", "iri"),
         Property("dependsOn", "iri", many=True),
+        Property("doneBy", "iri", many=True),
         Property("produced", "iri", many=True),
         Property("mentions", "iri", many=True),
         Property("about", "iri", many=True),

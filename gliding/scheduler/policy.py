@@ -6,7 +6,11 @@ Rules of ``pipeline: auto`` (documented in docs/pipeline.md):
    DA → CA → AA; there is nothing to plan, the fault shows the way.
 2. simple — the goal has at most ``scheduler.simple_goal_max_words`` words, is one sentence and
    the task has no success checks: DA alone.
-3. standard — everything else: PA → DA → CA → AA.
+3. exploratory — the goal lists independent parts (``independent_parts``): PA → DA×N in
+   parallel → CA → AA.
+4. standard — everything else: PA → DA → CA → AA.
+
+``pipeline: exploratory`` in a task file asks for the exploratory pipeline whatever the goal.
 
 A pipeline without CA still has its checks verified by the runner at the end, for the report.
 """
@@ -21,6 +25,8 @@ from typing import Literal
 STANDARD = ("PA", "DA", "CA", "AA")
 EMERGENCY = ("DA", "CA", "AA")
 SIMPLE = ("DA",)
+EXPLORATORY = STANDARD  # the same roles; the DA part runs per plan step (supervisor.py)
+MAX_PARTS = 12  # more listed parts than this: not read as independent parts
 _EMERGENCY_WORDS = re.compile(r"\b(fix|fixes|bug|bugs|crash|crashes|error|errors|broken|failing)\b",
                               re.IGNORECASE)
 
@@ -37,13 +43,70 @@ def choose_pipeline(
 ) -> PipelineChoice:
     if not isinstance(pipeline, str):
         return PipelineChoice(tuple(pipeline), "explicit", "pipeline given in the task file")
+    if pipeline == "exploratory":
+        return PipelineChoice(EXPLORATORY, "exploratory", "pipeline: exploratory in the task file")
     if _EMERGENCY_WORDS.search(goal):
         return PipelineChoice(EMERGENCY, "emergency", "goal asks to fix something")
     words = len(goal.split())
     sentences = len([s for s in re.split(r"[.!?]\s", goal.strip()) if s])
     if not has_checks and words <= simple_max_words and sentences <= 1:
         return PipelineChoice(SIMPLE, "simple", f"one short sentence ({words} words), no checks")
+    parts = independent_parts(goal)
+    if parts:
+        files = "; ".join(", ".join(p) for p in parts)
+        return PipelineChoice(EXPLORATORY, "exploratory",
+                              f"the goal lists {len(parts)} independent parts ({files})")
     return PipelineChoice(STANDARD, "standard", "default for goals that need a plan or checks")
+
+
+# ---- independent parts ---------------------------------------------------------------------
+_NUMBERED = re.compile(r"(?:^|(?<=\s))\(?(\d{1,2})[.)](?=\s)")  # "1) ", "(2) ", "3. "
+_BULLET = re.compile(r"^\s*[-*\u2022]\s+(.*\S)\s*$", re.MULTILINE)
+_JOINED = re.compile(r";|\band also\b", re.IGNORECASE)
+_FILE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w/-])")
+_NOT_FILES = frozenset({"e.g", "i.e", "a.m", "p.m", "vs", "etc", "no", "cf"})
+_ORDER_WORDS = re.compile(
+    r"\b(then|after|afterwards|before|previous|above|below|first|next|finally|once|"
+    r"result of|output of|based on|using the|from step|step \d)\b", re.IGNORECASE)
+
+
+def independent_parts(goal: str) -> list[list[str]]:
+    """The files each part of ``goal`` names, when the goal lists independent parts; [] when
+    it does not. Deliberately conservative:
+
+    * the parts are an enumeration numbered 1, 2, 3 ... in order (``1) a 2) b``, ``1. a 2. b``),
+      else two or more bullet lines (``- a``, ``* a``), else clauses joined by ``;`` or
+      ``and also``;
+    * there are 2 to ``MAX_PARTS`` of them, every one names at least one file (``notes.md``,
+      ``src/app.py``), and no file is named by two parts;
+    * no part orders itself against another (then, after, before, previous, above, first,
+      next, finally, once, based on, the result/output of, step N ...).
+    """
+    parts = _split(goal)
+    if not 2 <= len(parts) <= MAX_PARTS or any(_ORDER_WORDS.search(p) for p in parts):
+        return []
+    named = [files_named(p) for p in parts]
+    if not all(named):
+        return []
+    every = [f for files in named for f in files]
+    return named if len(every) == len(set(every)) else []
+
+
+def files_named(text: str) -> list[str]:
+    """The file names in ``text`` (``notes.md``, ``src/app.py``), in order, each once."""
+    return list(dict.fromkeys(f for f in _FILE.findall(text) if f.lower() not in _NOT_FILES))
+
+
+def _split(goal: str) -> list[str]:
+    marks = list(_NUMBERED.finditer(goal))
+    numbers = [int(m.group(1)) for m in marks]
+    if len(marks) >= 2 and numbers == list(range(1, len(marks) + 1)):
+        ends = [m.start() for m in marks[1:]] + [len(goal)]
+        return [goal[m.end():end].strip(" ,;\n") for m, end in zip(marks, ends, strict=True)]
+    bullets = _BULLET.findall(goal)
+    if len(bullets) >= 2:
+        return [b.strip() for b in bullets]
+    return [p.strip() for p in _JOINED.split(goal) if p.strip()]
 
 
 AfterCheck = Literal["accept", "correct", "give_up"]

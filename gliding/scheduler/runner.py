@@ -92,15 +92,16 @@ class JobRunner:
         return state
 
     async def resume(self, state: SupervisorState) -> SupervisorState:
-        """Continue a journaled job: carry out again what its last state waits for."""
+        """Continue a journaled job: carry out again everything its last state waits for (all
+        the step assignments outstanding, in the exploratory pipeline)."""
         again = supervisor.pending(state)
         log.info("job.resumed", job=state.job, cycle=state.cycle,
-                 waiting=type(again).__name__ if again else None)
+                 waiting=[type(c).__name__ for c in again])
         if state.outcome is not None:  # killed after its last transition: say it finished
             await self._carry_out(state, Emit(event="job.finished",
                                               data={"outcome": state.outcome}))
             return state
-        return await self.run(state, [again] if again is not None else [])
+        return await self.run(state, [*again])
 
     async def _drive(self, state: SupervisorState, commands: list[Command],
                      answers: Subscription | None) -> SupervisorState:

@@ -8,9 +8,9 @@ transition, so a killed job resumes from the last one).
 
 Inputs: an agent's answer (``PlanMsg``, ``ArtifactMsg``, ``CheckReportMsg``, ``DecisionMsg``),
 the runner's own check report (``CheckReportMsg`` with role ``runner``, answering ``Verify``),
-and ``TimeUp``. An answer is accepted only when it answers the assignment the state waits for
-(same job, role, cycle and attempt, and the answer type of that role); anything else comes
-back as ``Ignored`` and changes nothing, so no answer is accepted twice.
+and ``TimeUp``. An answer is accepted only when it answers an assignment the state waits for
+(same job, role, cycle, attempt and step, and the answer type of that role); anything else
+comes back as ``Ignored`` and changes nothing, so no answer is accepted twice.
 
 Commands: ``Assignment`` (publish it), ``Verify`` (run the task's checks, for a pipeline
 without CA or a job that stopped before CA), ``Emit`` (a progress event), ``Ignored`` (log it)
@@ -21,6 +21,17 @@ and ``Finished`` (the outcome is known; nothing follows).
                                                                 └─done / escalate─► [Verify] ─► end
 An answer whose agent ran out of budget or failed ends the job the same way (Verify if no
 check ran yet, then Finished); so does TimeUp.
+
+The exploratory pipeline (``pipeline_kind`` "exploratory") does the DA part per plan step:
+
+    [PA] ─► DA×N: every step whose dependencies are done, at most max_parallel at once ─►
+            (all steps done) ─► [CA] ─fail─► DA (one correction session, as above) ─► [CA] ...
+
+The single-assignment phases wait in ``waiting``; the step DAs in ``running`` (each answer is
+matched by its step too), and a step is ``done`` when its DA's answer is accepted. ``pending``
+gives every outstanding command, so a resumed job re-issues them all. A step DA whose
+session ran out of budget or failed stops the job as above; the others' answers are then
+ignored.
 """
 
 from __future__ import annotations
@@ -38,12 +49,14 @@ from gliding.bus.messages import (
     CheckReportMsg,
     DecisionMsg,
     PlanMsg,
+    PlanStep,
     TurnLine,
     UsageWire,
 )
 from gliding.scheduler import policy
 
 RUNNER = "runner"  # the role name of the runner's own check report (answering Verify)
+EXPLORATORY = "exploratory"  # the pipeline kind whose DA part runs per plan step
 _ANSWER_OF = {"PA": PlanMsg, "DA": ArtifactMsg, "CA": CheckReportMsg, "AA": DecisionMsg,
               RUNNER: CheckReportMsg}
 
@@ -97,8 +110,17 @@ class RoleTotals(_Value):
     schema_tokens: int = 0
 
 
+class StepDone(_Value):
+    """What the DA of one plan step reported (exploratory pipeline)."""
+
+    summary: str = ""
+    files: tuple[str, ...] = ()
+
+
 class SupervisorState(_Value):
-    """Everything the supervisor knows about one job; JSON-serialisable, never mutated."""
+    """Everything the supervisor knows about one job; JSON-serialisable, never mutated.
+
+    Fields added after the first release have defaults, so older journals still load."""
 
     job: str
     goal: str
@@ -126,6 +148,11 @@ class SupervisorState(_Value):
     stop_reason: str | None = None
     outcome: policy.Outcome | None = None
     accepted: int = 0  # answers taken so far
+    max_parallel: int = 1  # exploratory: step assignments outstanding at once, at most
+    plan_steps: tuple[PlanStep, ...] = ()  # exploratory: this cycle's plan as a graph
+    running: tuple[Assignment, ...] = ()  # exploratory: the step assignments awaited
+    done_steps: dict[str, StepDone] = Field(default_factory=dict)  # step id -> its report
+    step_turns: dict[str, int] = Field(default_factory=dict)  # role -> turns of step sessions
 
     @property
     def passed(self) -> bool | None:
@@ -133,11 +160,14 @@ class SupervisorState(_Value):
 
 
 def start(job: str, goal: str, choice: policy.PipelineChoice, checks: Sequence[str], *,
-          max_corrections: int, max_cycles: int) -> tuple[SupervisorState, list[Command]]:
-    """The first state of a job and what to do first."""
+          max_corrections: int, max_cycles: int,
+          max_parallel: int = 1) -> tuple[SupervisorState, list[Command]]:
+    """The first state of a job and what to do first (``max_parallel``: the exploratory
+    pipeline's bound on step DAs at work at once)."""
     state = SupervisorState(job=job, goal=goal, roles=choice.roles, pipeline_kind=choice.kind,
                             pipeline_reason=choice.reason, checks=tuple(checks),
-                            max_corrections=max_corrections, max_cycles=max_cycles, cycle=1)
+                            max_corrections=max_corrections, max_cycles=max_cycles, cycle=1,
+                            max_parallel=max(1, max_parallel))
     event = Emit(event="job.started", data={"pipeline": list(choice.roles), "kind": choice.kind,
                                             "reason": choice.reason, "goal": goal})
     state, commands = _begin_cycle(state)
@@ -151,28 +181,37 @@ def step(state: SupervisorState, message: Input) -> tuple[SupervisorState, list[
     if isinstance(message, TimeUp):  # an earlier stop keeps its reason; a cut-off Verify reruns
         state = state.model_copy(update={"stopped": state.stopped or "budget",
                                          "stop_reason": state.stop_reason or message.reason,
-                                         "waiting": None, "verifying": None})
+                                         "waiting": None, "verifying": None, "running": ()})
         return _finish(state)
     problem = _mismatch(state, message)
     if problem:
         return state, [Ignored(reason=problem)]
     offered = state.waiting.options if state.waiting is not None else []
+    was_step = bool(state.running)
     state = _account(state, message)
     if state.verifying is not None:
         assert isinstance(message, CheckReportMsg)
         state = state.model_copy(update={"verifying": None, "results": tuple(message.results),
                                          "verified_by": message.verified_by})
         return _finish(state)
+    state = _step_done(state, message) if was_step else state.model_copy(
+        update={"waiting": None})
     if message.status in ("budget", "failed"):
         stopped: Literal["budget", "error"] = "budget" if message.status == "budget" else "error"
         state = state.model_copy(update={"stopped": stopped,
                                          "stop_reason": message.error or message.status})
         return _finish(state)
     if isinstance(message, PlanMsg):
-        state = state.model_copy(update={"plan": tuple(message.steps) or (state.goal,)})
-        return _after_plan(state)
+        state = state.model_copy(update={"plan": tuple(message.texts) or (state.goal,)})
+        if state.pipeline_kind == EXPLORATORY:
+            state = state.model_copy(update={"plan_steps": tuple(message.steps)})
+        notes = [Emit(event="plan.notes", data={"cycle": state.cycle,
+                                                "notes": list(message.notes)})
+                 ] if message.notes else []
+        state, commands = _after_plan(state)
+        return state, [*notes, *commands]
     if isinstance(message, ArtifactMsg):
-        return _after_do(state)
+        return _fan_out(state) if was_step else _after_do(state)
     if isinstance(message, CheckReportMsg):
         return _after_report(state, message)
     if offered and message.decision not in offered:  # not a choice it had: the safe reading
@@ -181,20 +220,36 @@ def step(state: SupervisorState, message: Input) -> tuple[SupervisorState, list[
     return _after_decision(state, message)
 
 
-def pending(state: SupervisorState) -> Command | None:
-    """The command a resumed job must carry out again: the assignment or check run it waits
-    for (None when it waits for nothing)."""
-    return state.waiting or state.verifying
+def pending(state: SupervisorState) -> list[Assignment | Verify]:
+    """The commands a resumed job must carry out again: every step assignment outstanding, or
+    the assignment or check run it waits for (none when it waits for nothing)."""
+    if state.running:
+        return list(state.running)
+    return [c for c in (state.waiting, state.verifying) if c is not None]
 
 
 # ---- transitions ---------------------------------------------------------------------------
 def _mismatch(state: SupervisorState, m: AnswerMsg) -> str:
     key = f"{type(m).__name__} of {m.role} for job {m.job}, cycle {m.cycle}, attempt {m.attempt}"
+    if m.step is not None:
+        key += f", step {m.step}"
+    if state.running:
+        for a in state.running:
+            if (m.job, m.role, m.cycle, m.attempt, m.step) == (
+                    state.job, a.role, a.cycle, a.attempt, a.step):
+                cls = _ANSWER_OF[a.role]
+                return "" if isinstance(m, cls) else f"{key}: {a.role} answers with {cls.__name__}"
+        if m.step in state.done_steps and (m.job, m.cycle) == (state.job, state.cycle):
+            return f"{key}: step {m.step} is done already"
+        steps = ", ".join(str(a.step) for a in state.running)
+        return f"{key}: awaiting DA for steps {steps} of cycle {state.cycle}"
     want = state.waiting or state.verifying
     if want is None:
         return f"{key}: nothing is awaited"
     role = state.waiting.role if state.waiting else RUNNER
-    if (m.job, m.role, m.cycle, m.attempt) != (state.job, role, want.cycle, want.attempt):
+    step = state.waiting.step if state.waiting else None
+    if (m.job, m.role, m.cycle, m.attempt, m.step) != (state.job, role, want.cycle,
+                                                       want.attempt, step):
         return f"{key}: awaiting {role} cycle {want.cycle} attempt {want.attempt}"
     if not isinstance(m, _ANSWER_OF[role]):
         return f"{key}: {role} answers with {_ANSWER_OF[role].__name__}"
@@ -220,13 +275,25 @@ def _account(state: SupervisorState, m: AnswerMsg) -> SupervisorState:
     if isinstance(m, ArtifactMsg):
         written.update(m.written)
     return state.model_copy(update={"totals": totals, "lines": (*state.lines, *m.lines),
-                                    "written": written, "waiting": None,
-                                    "accepted": state.accepted + 1})
+                                    "written": written, "accepted": state.accepted + 1})
+
+
+def _step_done(state: SupervisorState, m: AnswerMsg) -> SupervisorState:
+    """``m`` answered one of the running step assignments: that step is done."""
+    summary = m.summary if isinstance(m, ArtifactMsg) else ""
+    files = tuple(m.files or m.written) if isinstance(m, ArtifactMsg) else ()
+    assert m.step is not None
+    step_turns = dict(state.step_turns)
+    step_turns[m.role] = step_turns.get(m.role, 0) + m.turns
+    return state.model_copy(update={
+        "running": tuple(a for a in state.running if a.step != m.step),
+        "done_steps": {**state.done_steps, m.step: StepDone(summary=summary, files=files)},
+        "step_turns": step_turns})
 
 
 def _ask(state: SupervisorState, role: str, text: str,
          options: Sequence[str] = ()) -> tuple[SupervisorState, list[Command]]:
-    used = state.totals.get(role, RoleTotals()).turns
+    used = state.totals.get(role, RoleTotals()).turns - state.step_turns.get(role, 0)
     a = Assignment(job=state.job, role=role, cycle=state.cycle, attempt=state.attempt,
                    goal=state.goal, instructions=text, options=list(options), turn_base=used)
     return state.model_copy(update={"waiting": a}), [a]
@@ -239,9 +306,32 @@ def _begin_cycle(state: SupervisorState) -> tuple[SupervisorState, list[Command]
 
 
 def _after_plan(state: SupervisorState) -> tuple[SupervisorState, list[Command]]:
+    if "DA" in state.roles and state.pipeline_kind == EXPLORATORY:
+        steps = state.plan_steps or tuple(PlanStep(id=str(i), text=t) for i, t in
+                                          enumerate(state.plan or (state.goal,), 1))
+        return _fan_out(state.model_copy(update={"plan_steps": steps, "done_steps": {},
+                                                 "running": ()}))
     if "DA" in state.roles:
         return _ask(state, "DA", _da_text(state, ""))
     return _after_do(state)
+
+
+def _fan_out(state: SupervisorState) -> tuple[SupervisorState, list[Command]]:
+    """Assign every step whose dependencies are done, while fewer than ``max_parallel`` are
+    running, in plan order; once every step is done, go on to the checks."""
+    done, steps = state.done_steps, state.plan_steps
+    if all(s.id in done for s in steps) and not state.running:
+        return _after_do(state)
+    busy = {a.step for a in state.running}
+    ready = [s for s in steps if s.id not in done and s.id not in busy
+             and all(d in done for d in s.depends_on)]
+    if not ready and not state.running:  # only a plan that is not a DAG: never stall on it
+        ready = [s for s in steps if s.id not in done][:1]
+    room = max(1, state.max_parallel) - len(state.running)
+    new = [Assignment(job=state.job, role="DA", cycle=state.cycle, attempt=state.attempt,
+                      goal=state.goal, instructions=_step_text(state, s), step=s.id)
+           for s in ready[:max(0, room)]]
+    return state.model_copy(update={"running": (*state.running, *new)}), list(new)
 
 
 def _after_do(state: SupervisorState) -> tuple[SupervisorState, list[Command]]:
@@ -293,9 +383,11 @@ def _finish(state: SupervisorState) -> tuple[SupervisorState, list[Command]]:
     if not state.results and state.checks and state.verifying is None and (
             state.verified_by == "none"):
         verify = Verify(cycle=state.cycle, attempt=state.attempt)
-        return state.model_copy(update={"verifying": verify, "waiting": None}), [verify]
+        return state.model_copy(update={"verifying": verify, "waiting": None,
+                                        "running": ()}), [verify]
     out = policy.outcome(state.passed, state.decision, state.stopped)
-    state = state.model_copy(update={"outcome": out, "waiting": None, "verifying": None})
+    state = state.model_copy(update={"outcome": out, "waiting": None, "verifying": None,
+                                     "running": ()})
     return state, [Emit(event="job.finished", data={"outcome": out}), Finished(outcome=out)]
 
 
@@ -306,8 +398,13 @@ def _checks_text(state: SupervisorState) -> str:
     return "Success checks:\n" + "\n".join(f"- {c}" for c in state.checks)
 
 
+PARALLEL_HINT = ("Steps that need no other step run at the same time, each on its own DA: "
+                 "give each as {id, text} with dependsOn the ids of the steps it needs.")
+
+
 def _pa_text(state: SupervisorState) -> str:
-    return "\n\n".join(x for x in (f"Goal: {state.goal}", _checks_text(state),
+    hint = PARALLEL_HINT if state.pipeline_kind == EXPLORATORY else ""
+    return "\n\n".join(x for x in (f"Goal: {state.goal}", _checks_text(state), hint,
                                    state.feedback) if x)
 
 
@@ -319,6 +416,32 @@ def _da_text(state: SupervisorState, correction: str) -> str:
     if state.plan:
         parts.append("Plan:\n" + "\n".join(f"{i}. {s}" for i, s in enumerate(state.plan, 1)))
     parts += [_checks_text(state), state.feedback]
+    return "\n\n".join(p for p in parts if p)
+
+
+def _step_text(state: SupervisorState, step: PlanStep) -> str:
+    """A step DA's assignment: the goal, its step, what the steps before it produced, and the
+    checks that name a file its text names (the others are other DAs' business)."""
+    place = next(i for i, s in enumerate(state.plan_steps, 1) if s.id == step.id)
+    parts = [f"Goal: {state.goal}",
+             f"Your step ({place} of {len(state.plan_steps)}, id {step.id}): {step.text}"]
+    before = []
+    for dep in step.depends_on:
+        did = state.done_steps.get(dep)
+        if did is not None:
+            line = f"- {dep}: {did.summary or 'done'}"
+            if did.files:
+                line += f" (files: {', '.join(did.files)})"
+            before.append(line)
+    if before:
+        parts.append("Done before it:\n" + "\n".join(before))
+    files = set(policy.files_named(step.text))
+    mine = [c for c in state.checks if files & set(policy.files_named(c))]
+    if mine:
+        parts.append("Checks on your files:\n" + "\n".join(f"- {c}" for c in mine))
+    if len(state.plan_steps) > 1:
+        parts.append("Other DAs do the other steps. Do only yours, then call finish.")
+    parts.append(state.feedback)
     return "\n\n".join(p for p in parts if p)
 
 

@@ -3,13 +3,19 @@
 ``oxigraph_serve(location)`` runs ``oxigraph serve`` (the binary of the PyPI package ``oxigraph``
 next to this Python) on a free loopback port with its data in ``location``, waits until it
 answers a query, yields its base URL and stops it.
+
+``mosquitto()`` runs the Debian ``mosquitto`` broker (MQTT 5) on a free loopback port with a
+generated config in a temporary directory; it yields a ``Mosquitto`` whose ``stop()`` and
+``start()`` restart it on the same port (for reconnect tests) and kills it at the end.
 """
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -75,3 +81,104 @@ def oxigraph_serve(location: Path, *, log: Path | None = None) -> Iterator[str]:
             process.wait()
         if log is not None and not isinstance(sink, int):
             sink.close()
+
+
+MOSQUITTO_CONFIG = """\
+listener {port} 127.0.0.1
+allow_anonymous true
+persistence false
+# no $SYS/broker/... updates: subscribers of $-topics see only what the tests publish
+sys_interval 0
+# no Nagle on client sockets: small packets (PUBACKs) go out at once
+set_tcp_nodelay true
+# a subscriber that stops reading keeps this many QoS 1 messages queued at the broker
+max_queued_messages 1000000
+log_dest stdout
+log_type error
+log_type warning
+"""
+
+
+def mosquitto_binary() -> str:
+    """The path of the ``mosquitto`` broker.
+
+    Raises:
+        FileNotFoundError: it is not installed.
+    """
+    found = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
+    if found is None:
+        raise FileNotFoundError(
+            "mosquitto is not installed: run scripts/setup.sh (as root it apt-get installs "
+            "mosquitto), or install the Debian package mosquitto yourself")
+    return found
+
+
+class Mosquitto:
+    """A mosquitto broker on one loopback port; ``url`` is ``mqtt://127.0.0.1:<port>``."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.binary = mosquitto_binary()
+        self.port = port if port is not None else free_port()
+        self.url = f"mqtt://127.0.0.1:{self.port}"
+        self.config = directory / "mosquitto.conf"
+        self.config.write_text(MOSQUITTO_CONFIG.format(port=self.port))
+        self.log = directory / "mosquitto.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> None:
+        """Start the broker (again, on the same port) and wait until it accepts connections.
+
+        Raises:
+            RuntimeError: it exited or did not listen within START_TIMEOUT_S.
+        """
+        if self.running:
+            return
+        with self.log.open("ab") as sink:
+            self._process = subprocess.Popen([self.binary, "-c", str(self.config)],
+                                             stdout=sink, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
+                    return
+            except OSError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    code = self._process.poll()
+                    self.stop()
+                    raise RuntimeError(
+                        f"mosquitto did not start on port {self.port} (exit {code}); see "
+                        f"{self.log}: {self.log.read_text(errors='replace')[-500:]}") from None
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL after 5 s); its clients see the drop."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def mosquitto(port: int | None = None) -> Iterator[Mosquitto]:
+    """A running mosquitto on ``port`` (a free one by default), stopped at the end.
+
+    Raises:
+        FileNotFoundError: mosquitto is not installed (run scripts/setup.sh).
+        RuntimeError: it did not start.
+    """
+    with tempfile.TemporaryDirectory(prefix="gliding-mosquitto-") as directory:
+        broker = Mosquitto(Path(directory), port)
+        try:
+            broker.start()
+            yield broker
+        finally:
+            broker.stop()

@@ -20,11 +20,13 @@ from gliding.bus.messages import (
     DecisionMsg,
     JobEvent,
     PlanMsg,
+    PlanStep,
     from_json,
+    plan_steps,
     to_json,
 )
 from gliding.errors import BusError
-from tests.bus.contract import EXAMPLE_MESSAGES
+from gliding.testing.bus_contract import EXAMPLE_MESSAGES
 
 json_scalars = (
     st.none()
@@ -49,12 +51,17 @@ any_message = st.one_of(
     st.builds(
         Assignment, job=texts, role=texts, cycle=counts, attempt=counts, goal=texts,
         instructions=texts, options=st.lists(texts, max_size=3), turn_base=counts,
+        step=st.none() | texts,
     ),
     st.builds(PlanMsg, job=texts, cycle=counts, steps=iris, turn_iri=st.none() | texts),
+    st.builds(PlanMsg, job=texts, cycle=counts, notes=iris, steps=st.lists(
+        iris.flatmap(lambda ids: st.fixed_dictionaries({
+            "id": st.sampled_from(["a", "b", "c d", "", "1"]), "text": texts,
+            "dependsOn": st.just(ids)})) | texts, max_size=5)),
     st.builds(
         ArtifactMsg, job=texts, cycle=counts, attempt=counts, summary=texts, files=iris,
         iris=iris, status=st.sampled_from(["finished", "turn_cap", "budget", "failed"]),
-        turns=counts, written=st.dictionaries(texts, texts, max_size=3),
+        turns=counts, written=st.dictionaries(texts, texts, max_size=3), step=st.none() | texts,
     ),
     st.builds(
         CheckReportMsg, job=texts, cycle=counts, attempt=counts,
@@ -129,3 +136,39 @@ def test_messages_are_frozen() -> None:
     with pytest.raises(pydantic.ValidationError):
         event.job = "j2"  # type: ignore[misc]
     assert event.job == "j1"
+
+
+# ---- plans with dependencies ---------------------------------------------------------------
+def test_plain_string_steps_still_decode_and_run_in_order() -> None:
+    old = '{"type": "plan", "job": "j1", "cycle": 1, "steps": ["read spec", "write code"]}'
+    plan = from_json(old)
+    assert isinstance(plan, PlanMsg) and plan.texts == ["read spec", "write code"]
+    assert plan.steps == [PlanStep(id="1", text="read spec"),
+                          PlanStep(id="2", text="write code", depends_on=["1"])]
+    assert from_json(plan.to_json()) == plan
+
+
+def test_plan_steps_are_mended_with_notes() -> None:
+    steps, notes = plan_steps([
+        {"id": "a", "text": "write a.py", "dependsOn": ["b", "ghost"]},
+        {"id": "b", "text": "write b.py", "depends_on": "a"},  # a cycle: a → b kept
+        {"id": "a", "text": "write a.py again", "dependsOn": ["c"]},  # a repeat of id a
+        {"text": " write  b.py"},  # a repeat of b's text
+        {"id": "c?", "text": "write c.py", "dependsOn": [1]},  # by place; id cleaned
+        "  ",
+        {"id": "x"}])
+    assert steps == [PlanStep(id="a", text="write a.py", depends_on=["b", "c"]),
+                     PlanStep(id="b", text="write b.py"),
+                     PlanStep(id="c", text="write c.py")]
+    assert notes == ["step 3 repeats step a: merged", "step 4 repeats step b: merged",
+                     "step 7 has no text: dropped", "step a: unknown dependency 'ghost' dropped",
+                     "step b: dependency on a dropped (it would close a cycle)",
+                     "step c: dependency on a dropped (it would close a cycle)"]
+    assert plan_steps(steps) == (steps, [])  # mending a mended plan changes nothing
+
+
+def test_a_plan_step_id_is_checked() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        PlanStep(id="a/b", text="x")
+    assert from_json(PlanMsg(job="j", cycle=1, steps=[{"id": "a/b", "text": "x"}]).to_json()
+                     ).steps == [PlanStep(id="a_b", text="x")]  # type: ignore[union-attr]

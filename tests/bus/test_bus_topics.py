@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gliding.bus.port import check_pattern, check_topic, topic_matches
+from gliding.bus.port import check_pattern, check_topic, split_shared, topic_matches
 from gliding.errors import BusError
 
 # A small alphabet so that random filters and topics often match.
@@ -123,3 +123,43 @@ def test_bad_publish_topics_raise(topic: str) -> None:
         check_topic(topic)
     with pytest.raises(BusError):
         topic_matches("#", topic)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "topic", "expected"),
+    [
+        ("$share/g/sport/+", "sport/tennis", True),
+        ("$share/g/sport/+", "sport/tennis/player1", False),
+        ("$share/g/#", "sport", True),
+        ("$share/g/#", "$SYS/monitor", False),
+        ("$share/g/$SYS/#", "$SYS/monitor", True),
+        ("$share/g/g/x", "g/x", True),  # the group name is not a topic level
+        ("$share/g/g/x", "$share/g/g/x", None),  # nobody publishes on $share/...
+    ],
+)
+def test_shared_filters_match_what_their_filter_matches(
+    pattern: str, topic: str, expected: bool | None
+) -> None:
+    if expected is None:
+        with pytest.raises(BusError, match="share"):
+            topic_matches(pattern, topic)
+    else:
+        assert topic_matches(pattern, topic) is expected
+
+
+def test_split_shared() -> None:
+    assert split_shared("$share/workers/gliding/job/+/agent/DA") == (
+        "workers",
+        "gliding/job/+/agent/DA",
+    )
+    assert split_shared("gliding/#") == (None, "gliding/#")
+    assert split_shared("$shared/x") == (None, "$shared/x")  # not the $share/ prefix
+
+
+@pytest.mark.parametrize(
+    "pattern", ["$share/", "$share/g", "$share/g/", "$share//a", "$share/g#/a", "$share/+/a",
+                "$share/g/a/#/b", "$share/g/a+"],
+)
+def test_bad_shared_filters_raise(pattern: str) -> None:
+    with pytest.raises(BusError):
+        check_pattern(pattern)

@@ -9,7 +9,7 @@ import pytest
 
 from gliding.bus.inproc import InProcessBus
 from gliding.errors import BusError
-from tests.bus.contract import TIMEOUT_S, BusContract, tick
+from gliding.testing.bus_contract import TIMEOUT_S, BusContract, tick
 
 
 class TestInProcessBus(BusContract):
@@ -56,8 +56,8 @@ class TestInProcessBus(BusContract):
                     tick(0),
                     tick(1),
                 ]
-                got = {(await tight.receive()).message.data["n"] for _ in range(2)}
-                assert got == {0, 1}
+                got = [(await tight.receive()).message for _ in range(2)]
+                assert got in ([tick(0), tick(1)], [tick(1), tick(0)])
 
     async def test_close_wakes_a_waiting_publisher_with_bus_error(self, bus: InProcessBus) -> None:
         outcome: list[BaseException] = []
@@ -102,3 +102,43 @@ class TestInProcessBus(BusContract):
         assert bus.closed
         with pytest.raises(BusError):
             await bus.publish("gliding/x", tick(0))
+
+    async def test_a_shared_group_takes_turns(self, bus: InProcessBus) -> None:
+        pattern = "$share/pool/gliding/work"
+        with anyio.fail_after(TIMEOUT_S):
+            async with bus.subscribe(pattern) as a, bus.subscribe(pattern) as b:
+                for n in range(4):
+                    await bus.publish("gliding/work", tick(n))
+                assert [(await a.receive()).message for _ in range(2)] == [tick(0), tick(2)]
+                assert [(await b.receive()).message for _ in range(2)] == [tick(1), tick(3)]
+
+    async def test_a_full_member_passes_its_turn_on(self, bus: InProcessBus) -> None:
+        pattern = "$share/pool/gliding/work"
+        with anyio.fail_after(TIMEOUT_S):
+            async with (
+                bus.subscribe(pattern, max_buffer=1) as a,
+                bus.subscribe(pattern, max_buffer=10) as b,
+            ):
+                for n in range(4):  # a takes 0, then is full: b takes the rest
+                    await bus.publish("gliding/work", tick(n))
+                assert (await a.receive()).message == tick(0)
+                assert [(await b.receive()).message for _ in range(3)] == [
+                    tick(1),
+                    tick(2),
+                    tick(3),
+                ]
+
+    async def test_a_member_leaving_hands_its_waiting_message_on(self, bus: InProcessBus) -> None:
+        pattern = "$share/pool/gliding/work"
+        with anyio.fail_after(TIMEOUT_S):
+            leaving = bus.subscribe(pattern, max_buffer=1)
+            await leaving.__aenter__()  # the first member, so the first in turn
+            async with bus.subscribe(pattern, max_buffer=1) as stays:
+                async with anyio.create_task_group() as tg:
+                    await bus.publish("gliding/work", tick(0))  # to `leaving`
+                    await bus.publish("gliding/work", tick(1))  # to `stays`
+                    tg.start_soon(bus.publish, "gliding/work", tick(2))  # both full: waits
+                    await anyio.wait_all_tasks_blocked()  # ... on `leaving`, whose turn it is
+                    await leaving.__aexit__(None, None, None)  # tick(0) goes with it
+                    assert (await stays.receive()).message == tick(1)
+                    assert (await stays.receive()).message == tick(2)

@@ -90,3 +90,47 @@ def test_outcomes() -> None:
     assert policy.outcome(False, None, None) == "failed"
     assert policy.outcome(True, "done", "budget") == "budget_exceeded"
     assert policy.outcome(None, None, "error") == "error"
+
+
+# ---- exploratory: goals with independent parts ----------------------------------------------
+def auto(goal: str, has_checks: bool = True) -> policy.PipelineChoice:
+    return policy.choose_pipeline(goal, "auto", has_checks=has_checks, simple_max_words=12)
+
+
+def test_an_enumeration_of_parts_each_naming_its_own_file_is_exploratory() -> None:
+    choice = auto("Write 1) a.txt with hello 2) b.txt with world 3) notes.md on both words")
+    assert choice.kind == "exploratory" and choice.roles == ("PA", "DA", "CA", "AA")
+    assert choice.reason == "the goal lists 3 independent parts (a.txt; b.txt; notes.md)"
+
+
+def test_bullets_semicolons_and_also_list_parts_too() -> None:
+    assert auto("Set up the project:\n- write app.py\n- write README.md\n").kind == "exploratory"
+    assert auto("Write report.md; write data/raw.csv").kind == "exploratory"
+    assert auto("Write report.md and also write data.csv").kind == "exploratory"
+
+
+def test_exploratory_is_conservative() -> None:
+    for goal in ("Write a.txt, then b.txt",  # one part
+                 "1) write a.py 2) test a.py",  # the same file twice: not independent
+                 "1) write a.py 2) then run b.py",  # ordered
+                 "1) write a.py 2) write the docs",  # a part without a file
+                 "2) write a.py 3) write b.py",  # not numbered from 1
+                 "Summarise the paper; e.g. the results",  # "e.g" is no file
+                 "1) write a.py 2) write b.py after a.py"):
+        assert auto(goal).kind == "standard", goal
+
+
+def test_emergency_and_simple_come_first_and_the_task_file_may_ask_for_it() -> None:
+    assert auto("Fix 1) a.py 2) b.py").kind == "emergency"
+    assert auto("Write a.txt; write b.txt", has_checks=False).kind == "simple"
+    asked = policy.choose_pipeline("Say hi", "exploratory", has_checks=False,
+                                   simple_max_words=12)
+    assert asked.kind == "exploratory" and asked.reason == "pipeline: exploratory in the task file"
+
+
+@given(st.text(max_size=200))
+def test_independent_parts_never_share_a_file(goal: str) -> None:
+    parts = policy.independent_parts(goal)
+    assert parts == [] or 2 <= len(parts) <= policy.MAX_PARTS
+    files = [f for p in parts for f in p]
+    assert len(files) == len(set(files)) and all(parts)

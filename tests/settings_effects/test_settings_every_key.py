@@ -77,6 +77,8 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "scheduler.max_cycles": ["test_settings_scheduler.test_max_cycles_bounds_the_pdca_cycles"],
     "scheduler.simple_goal_max_words": [
         "test_settings_scheduler.test_simple_goal_max_words_picks_the_auto_pipeline"],
+    "scheduler.max_parallel": [
+        "test_settings_scheduler.test_max_parallel_bounds_the_step_sessions_that_run_at_once"],
     "context.tokenizer": [
         "test_settings_context.test_tokenizer_is_the_encoding_the_job_counts_prompt_tokens_with",
         "test_settings_context.test_tokenizer_unknown_falls_back_to_4_characters_a_token"],
@@ -154,6 +156,30 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_mcp.test_mcp_startup_timeout_s_is_how_long_a_server_may_take_to_start"],
     "mcp.max_result_bytes": [
         "test_settings_mcp.test_mcp_max_result_bytes_caps_the_text_a_call_returns"],
+    "bus.url": ["test_settings_bus.test_bus_url_is_the_broker_a_jobs_events_travel_through"],
+    "bus.connect_timeout_s": [
+        "test_settings_bus."
+        "test_connect_timeout_s_is_how_long_a_broker_that_never_answers_is_waited_for"],
+    "bus.keepalive_s": ["test_settings_bus.test_keepalive_s_is_the_keep_alive_the_broker_is_told"],
+    "bus.reconnect_max_s": [
+        "test_settings_bus.test_reconnect_max_s_bounds_the_wait_between_reconnect_tries"],
+    "bus.max_buffer": [
+        "test_settings_bus."
+        "test_max_buffer_is_what_a_subscription_holds_before_it_holds_the_bus_back"],
+    "daemon.heartbeat_s": [
+        "test_settings_workers.test_heartbeat_s_is_how_often_a_worker_says_it_is_alive"],
+    "daemon.lease_s": [
+        "test_settings_workers.test_lease_s_is_how_long_a_silent_workers_work_stays_with_it"],
+    "daemon.agents": [
+        "test_settings_workers."
+        "test_agents_decides_whether_workers_or_the_jobs_own_process_run_its_roles"],
+    "daemon.host": [
+        "test_settings_daemon.test_host_is_the_address_the_api_listens_on",
+        "test_settings_daemon.test_host_that_is_not_loopback_prints_a_warning"],
+    "daemon.port": ["test_settings_daemon.test_port_is_where_the_api_listens"],
+    "daemon.socket": [
+        "test_settings_daemon.test_socket_also_serves_the_api_on_a_private_unix_socket"],
+    "daemon.max_jobs": ["test_settings_daemon.test_max_jobs_is_how_many_jobs_run_at_once"],
 }
 
 

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
+from gliding.bus.messages import JobEvent
 from gliding.config.settings import Settings
-from tests.settings_effects.effects_support import run_team, settings_from, write_task
+from gliding.core.messages import Message
+from gliding.daemon.compose import run_job
+from gliding.llm.port import LLMRequest
+from gliding.testing import ScriptedLLM, call
+from gliding.testing.latency import LatencyLLM
+from tests.settings_effects.effects_support import run_team, settings_from, team, write_task
 
 DEFAULTS = Settings().scheduler
 
@@ -111,3 +118,62 @@ def test_simple_goal_max_words_picks_the_auto_pipeline(
     assert job.roles_called() == roles
     assert report.outcome == "success"
     assert (tmp / "workspace" / "poem.txt").read_text(encoding="utf-8") == "Over green hills"
+
+
+# --- scheduler.max_parallel -------------------------------------------------------------------
+
+STEPS = 4
+EXPLORATORY_TASK = (
+    "goal: Write s1.txt, s2.txt, s3.txt and s4.txt\npipeline: exploratory\nchecks:\n"
+    + "".join(f'  - file_contains: {{path: s{k}.txt, text: "step s{k}"}}\n'
+              for k in range(1, STEPS + 1)))
+
+
+def step_crew(request: LLMRequest) -> Message:
+    """PA plans STEPS independent steps; the DA of step sK writes sK.txt, then finishes; CA and
+    AA as in ``team``."""
+    role = request.meta["role"]
+    if role == "PA":
+        return call("finish", steps=[{"id": f"s{k}", "text": f"Write s{k}.txt"}
+                                     for k in range(1, STEPS + 1)])
+    if role == "DA":
+        step = str(request.meta["session"]).rsplit(".", 1)[-1]  # DA.<cycle>.<step>
+        if any(t.name == "finish" for t in request.tools):  # offered once the file is written
+            return call("finish", summary=f"wrote {step}.txt")
+        return call("write_file", path=f"{step}.txt", content=f"step {step}")
+    return team()(request)
+
+
+def da_steps_at_once(events: list[JobEvent]) -> int:
+    """The most DA step sessions between their role.started and role.finished at once."""
+    running, most = 0, 0
+    for e in events:
+        if e.data.get("role") == "DA" and e.data.get("step"):
+            running += {"role.started": 1, "role.finished": -1}.get(e.event, 0)
+            most = max(most, running)
+    return most
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("max_parallel", [1, 3])
+def test_max_parallel_bounds_the_step_sessions_that_run_at_once(
+    tmp: Path, max_parallel: int
+) -> None:
+    assert DEFAULTS.max_parallel > 3  # both values hold the four steps back
+    task = write_task(tmp, EXPLORATORY_TASK)
+    settings = settings_from(tmp, {"GLIDING_SCHEDULER__MAX_PARALLEL": str(max_parallel)})
+    llm = LatencyLLM(ScriptedLLM([step_crew] * 50), latency_s=0.2)  # overlaps show in .peak
+    events: list[JobEvent] = []
+
+    handle = anyio.run(lambda: run_job(task, settings, llm=llm, on_event=events.append))
+
+    report = handle.report
+    assert report is not None and report.outcome == "success", report
+    assert report.pipeline.kind == "exploratory" and len(report.plan) == STEPS
+    steps = [e.data["step"] for e in events
+             if e.event == "role.started" and e.data.get("role") == "DA"]
+    assert sorted(steps) == [f"s{k}" for k in range(1, STEPS + 1)]  # each step once
+    assert da_steps_at_once(events) == max_parallel
+    assert llm.peak == max_parallel  # the model never had more step DAs' calls in flight
+    for k in range(1, STEPS + 1):
+        assert (tmp / "workspace" / f"s{k}.txt").read_text(encoding="utf-8") == f"step s{k}"

@@ -1,15 +1,23 @@
 """The contract every bus backend passes: subclass ``BusContract`` and provide a ``bus`` fixture.
 
+    from gliding.testing.bus_contract import BusContract
+
     class TestMyBus(BusContract):
         @pytest.fixture
         async def bus(self):
-            bus = MyBus(...)
-            yield bus
-            await bus.aclose()
+            async with MyBus(...) as bus:
+                yield bus
 
-The suite runs on asyncio (``anyio_backend``), which every backend, aiomqtt included, supports.
-The tests never sleep to prove that something did not arrive: they publish a sentinel after it
-and rely on per-publisher order, so they hold for network backends as well.
+The fixture yields an open bus; tests may close it themselves, so leaving must tolerate a bus
+that is already closed. The suite runs on asyncio (``anyio_backend``), which every backend,
+aiomqtt included, supports. The tests never sleep to prove that something did not arrive: they
+publish a sentinel after it and rely on per-publisher order, so they hold for network backends
+as well. ``$``-topics are tested on ``$gliding/...``: brokers keep ``$SYS/`` for themselves
+(mosquitto drops what clients publish there).
+
+It lives in the library, not under tests/, so that a backend written elsewhere can run it;
+production code never imports ``gliding.testing``. ``tests/bus/test_inproc.py`` and
+``tests/bus/test_mqtt.py`` run it against the two backends.
 """
 
 from __future__ import annotations
@@ -22,15 +30,21 @@ import pytest
 from gliding.bus.messages import (
     AgentDone,
     ArchivedMsg,
+    ArchiveReply,
+    ArchiveRequest,
     ArtifactMsg,
     Assignment,
     CheckOutcome,
     CheckReportMsg,
+    Claim,
     DecisionMsg,
+    GrantMsg,
+    Heartbeat,
     JobEvent,
     PlanMsg,
     TurnLine,
     UsageWire,
+    WorkItem,
 )
 from gliding.errors import BusError
 
@@ -82,11 +96,45 @@ EXAMPLE_MESSAGES: tuple[Any, ...] = (
     ArchivedMsg(job="j1", iri="gliding://job/j1/result/DA-1-0", kind="result", role="DA",
                 turn=1, summary="bash → exit 0", turn_iri="gliding://job/j1/turn/DA/1"),
     JobEvent(job="j1", event="turn.done", data={"role": "DA", "tokens": 812, "cost_usd": 0.0031}),
+    WorkItem(
+        key="j1/DA/1/0",
+        epoch=1,
+        assignment=Assignment(job="j1", role="DA", cycle=1, attempt=0, goal="g", instructions="i"),
+        task_record={"goal": "write hello.py", "checks": [{"file": "hello.py"}]},
+        model="scripted",
+        briefing="you are DA",
+        origin="/data/.gliding",
+    ),
+    Claim(job="j1", key="j1/DA/1/0", epoch=1, worker="w1"),
+    Claim(job="j1", key="j1/DA/1/0", epoch=2, worker="w2", declined=True),
+    GrantMsg(job="j1", key="j1/DA/1/0", epoch=1, worker="w1", granted=True),
+    Heartbeat(worker="w1", roles=["DA", "CA"], held={"j1/DA/1/0": 1}, free=3),
+    ArchiveRequest(id="r1", job="j1", worker="w1", op="find", args={"iri": "gliding://job/j1"}),
+    ArchiveReply(id="r1", ok=True, result={"items": [1, "two", None]}),
+    ArchiveReply(id="r2", ok=False, code="not_found", error="no such IRI"),
 )
 
 
 def tick(n: int, job: str = "j1") -> JobEvent:
     return JobEvent(job=job, event="test.tick", data={"n": n})
+
+
+async def collect_group(members: list[Any], count: int) -> list[list[int]]:
+    """Receive from every member of a shared group at once until they got ``count`` messages
+    together; the ``data["n"]`` of what each member got, in arrival order."""
+    got: list[list[int]] = [[] for _ in members]
+
+    async def drain(i: int, sub: Any, scope: anyio.CancelScope) -> None:
+        while True:
+            _, message = await sub.receive()
+            got[i].append(message.data["n"])
+            if sum(map(len, got)) >= count:
+                scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        for i, sub in enumerate(members):
+            tg.start_soon(drain, i, sub, tg.cancel_scope)
+    return got
 
 
 async def receive_until(sub: Any, sentinel: Any) -> list[tuple[str, Any]]:
@@ -123,7 +171,7 @@ class BusContract:
             "gliding/job/j1/agent/DA",
             "gliding/job/j1",
             "gliding/other",
-            "$SYS/load",
+            "$gliding/load",
         ]
         patterns = {
             "gliding/job/+/events": ["gliding/job/j1/events", "gliding/job/j2/events"],
@@ -135,7 +183,7 @@ class BusContract:
             "gliding/job/j1/events": ["gliding/job/j1/events"],
             "#": topics[:-1],  # a leading wildcard never matches $-topics
             "+/+/+/+": ["gliding/job/j1/events", "gliding/job/j2/events"],
-            "$SYS/#": ["$SYS/load"],
+            "$gliding/#": ["$gliding/load"],
         }
         sentinel = tick(-1)
         with anyio.fail_after(TIMEOUT_S):
@@ -145,12 +193,12 @@ class BusContract:
                 bus.subscribe("gliding/job/j1/events") as c,
                 bus.subscribe("#") as d,
                 bus.subscribe("+/+/+/+") as e,
-                bus.subscribe("$SYS/#") as f,
+                bus.subscribe("$gliding/#") as f,
             ):
                 for i, topic in enumerate(topics):
                     await bus.publish(topic, tick(i))
                 await bus.publish("gliding/job/j1/events", sentinel)
-                await bus.publish("$SYS/load", sentinel)
+                await bus.publish("$gliding/load", sentinel)
                 subs = dict(zip(patterns, (a, b, c, d, e, f), strict=True))
                 for pattern, expected in patterns.items():
                     got = await receive_until(subs[pattern], sentinel)
@@ -271,3 +319,63 @@ class BusContract:
     async def test_publish_of_a_non_message_raises(self, bus: Any) -> None:
         with pytest.raises(BusError, match="not a bus message"):
             await bus.publish("gliding/job/j1/events", {"type": "job_event", "job": "j1"})
+
+    async def test_a_shared_group_gets_each_message_once(self, bus: Any) -> None:
+        count = 40
+        sentinel = tick(-1)
+        with anyio.fail_after(TIMEOUT_S):
+            async with (
+                bus.subscribe("$share/workers/gliding/job/j1/events", max_buffer=count) as a,
+                bus.subscribe("$share/workers/gliding/job/j1/events", max_buffer=count) as b,
+                bus.subscribe("gliding/job/j1/events", max_buffer=count + 1) as everything,
+            ):
+                for n in range(count):
+                    await bus.publish("gliding/job/j1/events", tick(n))
+                got = await collect_group([a, b], count)
+                await bus.publish("gliding/job/j1/events", sentinel)
+                plain = await receive_until(everything, sentinel)
+        # together the members got every message exactly once, each member in publish order
+        assert sorted(got[0] + got[1]) == list(range(count))
+        assert all(part == sorted(part) for part in got)
+        # a plain subscriber of the same filter still gets them all
+        assert [m for _, m in plain] == [tick(n) for n in range(count)]
+
+    async def test_a_shared_group_of_one_gets_everything_in_order(self, bus: Any) -> None:
+        sentinel = tick(-1)
+        with anyio.fail_after(TIMEOUT_S):
+            async with bus.subscribe("$share/solo/gliding/job/+/events") as solo:
+                for n in range(10):
+                    await bus.publish(f"gliding/job/j{n % 2}/events", tick(n))
+                await bus.publish("gliding/other", tick(99))  # its filter does not match
+                await bus.publish("gliding/job/j1/events", sentinel)
+                got = await receive_until(solo, sentinel)
+        assert [m for _, m in got] == [tick(n) for n in range(10)]
+        assert [t for t, _ in got] == [f"gliding/job/j{n % 2}/events" for n in range(10)]
+
+    async def test_each_shared_group_gets_its_own_copy(self, bus: Any) -> None:
+        sentinel = tick(-1)
+        with anyio.fail_after(TIMEOUT_S):
+            async with (
+                bus.subscribe("$share/red/gliding/job/j1/#") as red,
+                bus.subscribe("$share/blue/gliding/job/j1/#") as blue,
+            ):
+                for n in range(5):
+                    await bus.publish("gliding/job/j1/events", tick(n))
+                await bus.publish("gliding/job/j1/events", sentinel)
+                got_red = await receive_until(red, sentinel)
+                got_blue = await receive_until(blue, sentinel)
+        assert [m for _, m in got_red] == [tick(n) for n in range(5)]
+        assert got_blue == got_red
+
+    @pytest.mark.parametrize(
+        "pattern",
+        ["$share/", "$share//a/b", "$share/g", "$share/g/", "$share/g+/a", "$share/g/a/#/b"],
+    )
+    async def test_subscribe_to_a_bad_shared_filter_raises(self, bus: Any, pattern: str) -> None:
+        with pytest.raises(BusError):
+            async with bus.subscribe(pattern):
+                pass
+
+    async def test_publish_on_a_share_topic_raises(self, bus: Any) -> None:
+        with pytest.raises(BusError, match=r"\$share"):
+            await bus.publish("$share/g/gliding/job/j1/events", tick(1))

@@ -1,0 +1,645 @@
+"""MQTTBus: the bus over an MQTT 5 broker (mosquitto), one aiomqtt connection per bus.
+
+    async with MQTTBus("mqtt://127.0.0.1:1883") as bus:     # or MQTTBus.from_settings(bus_settings)
+        async with bus.subscribe("gliding/job/+/events") as sub:
+            await bus.publish("gliding/job/j1/events", JobEvent(job="j1", event="x"))
+            topic, message = await sub.receive()
+
+Entering the context connects (``BusError`` naming the URL, within ``connect_timeout_s``, when
+no broker answers) and starts the one task that reads the connection; leaving it closes the bus
+(``aclose`` may come earlier, from any task). Behaviour beyond ``port.Bus``:
+
+    * Wire. MQTT 5, QoS 1 both ways; the payload is ``messages.to_json``. Every delivery is
+      decoded with ``from_json`` (validated); one that is not a bus message is logged
+      (``bus.mqtt.bad_payload``), acknowledged and skipped.
+    * Routing. One broker subscription per distinct filter, tagged with an MQTT 5 subscription
+      identifier; the local subscriptions made with that filter share it. The broker sends one
+      copy per matching filter (or one copy naming several identifiers), so each local
+      subscription gets each message exactly once however their filters overlap. The local
+      members of one ``$share/...`` filter take turns (round robin, as on the in-process
+      bus); between connections the broker picks the member.
+    * Order. ``publish`` returns once the broker acknowledged the message (PUBACK), so
+      sequential publishes reach every subscriber in publish order.
+    * Back-pressure. Each subscription holds at most ``max_buffer`` deliveries (default: the
+      bus's ``max_buffer``). When one is full the reading task waits for room, and deliveries
+      are acknowledged only once every local subscription holds them: the broker then stops
+      after ``receive_maximum`` unacknowledged messages and queues the rest itself (mosquitto's
+      ``max_queued_messages``, past which it drops them). Memory is thus bounded by the buffers
+      plus ``receive_maximum`` deliveries. A full subscription holds back the other
+      subscriptions of the same bus, never publishers and never other connections.
+    * Reconnect. When the connection drops, the bus reconnects with exponential backoff (from
+      50 ms up to ``reconnect_max_s``, forever until closed) and resubscribes every live
+      subscription before it counts as connected again. Messages published by others while it
+      was away are not replayed (clean sessions).
+    * Publish or subscribe while disconnected waits for the reconnection up to
+      ``connect_timeout_s``, then raises ``BusError``. A publish whose connection dropped
+      before its PUBACK is sent again on the next connection (at most ``SENDS`` times in all,
+      so a message the broker disconnects for cannot loop): at least once, so a message can
+      arrive twice across a broker restart.
+    * Topics on ``$SYS/`` are refused: brokers keep them and drop what clients publish there.
+
+MQTTBus runs on asyncio only (as aiomqtt does). The aiomqtt version is pinned; ``_Client``
+holds every place that reaches into it and paho. The module is past 600 lines because that
+adapter stays next to the only code allowed to rely on those internals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import socket
+import threading
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import aiomqtt
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectSendStream
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from gliding.bus.inproc import InProcessSubscription
+from gliding.bus.messages import BusMessage, from_json, to_json
+from gliding.bus.port import Delivery, check_pattern, check_topic, split_shared
+from gliding.config.settings import BusSettings
+from gliding.errors import BusError
+
+log = structlog.get_logger("gliding.bus")
+
+RECEIVE_MAXIMUM = 100  # unacknowledged deliveries the broker may send one bus
+MAX_IDENTIFIER = 268_435_455  # the largest MQTT 5 subscription identifier
+FIRST_RETRY_S = 0.05
+SENDS = 3  # a publish whose connection drops before the PUBACK is sent at most this often
+_LOST: Any = object()  # queued after the last delivery of a connection
+LOSS_GRACE_S = 1.0  # how long a failed request waits for the reader to notice a lost link
+UNREACHABLE_HINT = (
+    "start mosquitto (scripts/setup.sh installs it) or point bus.url at a running MQTT 5 "
+    "broker; leave bus.url unset for the in-process bus"
+)
+
+
+def parse_url(url: str) -> tuple[str, int]:
+    """``(host, port)`` of ``mqtt://host:port`` (the port defaults to 1883).
+
+    Raises:
+        BusError: ``url`` is not of that form.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or 1883
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise _bad_url(url) from exc
+    if (parts.scheme != "mqtt" or not parts.hostname or parts.path not in ("", "/")
+            or parts.query or parts.fragment or parts.username is not None):
+        raise _bad_url(url)
+    return parts.hostname, port
+
+
+def _bad_url(url: object) -> BusError:
+    return BusError(f"bad bus.url {url!r}: expected mqtt://host:port",
+                    hint="e.g. mqtt://127.0.0.1:1883; leave bus.url unset for the in-process bus")
+
+
+class _Client(aiomqtt.Client):
+    """aiomqtt's client, reaching into aiomqtt 2.5 and paho 2.1 (both pinned) for three things:
+    deliveries are acknowledged by the bus (paho's manual ack), so the broker holds back what
+    the bus has no room for; they are read straight from aiomqtt's queue, without the task per
+    message that ``Client.messages`` makes; packets are written on the loop's next tick."""
+
+    def __init__(self, *args: Any, on_lost: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._client.manual_ack_set(True)
+        self._client.connect_timeout = self.timeout
+        self._loop_thread = threading.get_ident()
+        self._on_lost = on_lost
+
+    async def __aenter__(self) -> _Client:
+        await super().__aenter__()
+        self._disconnected.add_done_callback(self._lost)
+        return self
+
+    def _lost(self, disconnected: asyncio.Future[None]) -> None:
+        if not disconnected.cancelled():
+            disconnected.exception()  # retrieved: asyncio need not complain about it
+        self._queue.put_nowait(_LOST)  # after the deliveries that came before the end
+        self._on_lost()
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize()
+
+    async def next(self) -> aiomqtt.Message:
+        """The next delivery, at once if one has arrived.
+
+        Raises:
+            aiomqtt.MqttError: the connection is lost (what arrived before it is taken first).
+        """
+        message = await self._queue.get()
+        if message is _LOST:
+            self._queue.put_nowait(_LOST)
+            raise aiomqtt.MqttError("the connection to the broker was lost")
+        return message
+
+    def ack(self, message: aiomqtt.Message) -> None:
+        self._client.ack(message.mid, message.qos)
+
+    def abort(self) -> None:
+        """Close the socket without a goodbye (it may never have finished connecting)."""
+        with suppress(Exception):
+            self._client._reset_sockets()
+
+    def _on_socket_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
+        # paho has a packet to send. aiomqtt always waits for the socket to turn writable, via
+        # call_soon_threadsafe (paho's connect runs in a thread); on the loop's own thread we
+        # write on the next tick instead: two syscalls and a wake-up less per packet.
+        if threading.get_ident() != self._loop_thread:
+            super()._on_socket_register_write(client, userdata, sock)
+        else:
+            self._loop.call_soon(self._write_now, client, userdata, sock)
+
+    def _write_now(self, client: Any, userdata: Any, sock: Any) -> None:
+        try:
+            client.loop_write()
+        except Exception as exc:  # as aiomqtt's own write callback: the connection is lost
+            if not self._disconnected.done():
+                self._disconnected.set_exception(exc)
+            return
+        if client.want_write() and client.socket() is sock:  # a part is left: wait for room
+            super()._on_socket_register_write(client, userdata, sock)
+
+
+class _Link:
+    """One connection; ``waiters`` are the requests to cancel when it drops."""
+
+    def __init__(self, on_lost: Callable[[_Link], None], **client_options: Any) -> None:
+        self.client = _Client(**client_options, on_lost=self.drop)
+        self.lost = anyio.Event()
+        self.waiters: set[anyio.CancelScope] = set()
+        self._on_lost = on_lost
+
+    def drop(self) -> None:
+        if not self.lost.is_set():
+            self.lost.set()
+            self._on_lost(self)
+        for scope in self.waiters:
+            scope.cancel()
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """A scope for one request to the broker, cancelled if the link drops meanwhile."""
+        with anyio.CancelScope() as scope:
+            self.waiters.add(scope)
+            try:
+                yield
+            finally:
+                self.waiters.discard(scope)
+
+
+@dataclass(eq=False)
+class _Filter:
+    """One broker subscription and the local subscriptions (their send ends) made with it."""
+
+    pattern: str
+    ident: int
+    shared: bool
+    members: list[MemoryObjectSendStream[Delivery]] = field(default_factory=list)
+    turn: int = 0
+
+
+class MQTTBus:
+    """A bus over an MQTT 5 broker; implements ``port.Bus``. Use it as an async context."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_timeout_s: float = 5.0,
+        keepalive_s: int = 30,
+        reconnect_max_s: float = 10.0,
+        max_buffer: int = 1000,
+        client_id: str | None = None,
+        receive_maximum: int = RECEIVE_MAXIMUM,
+    ) -> None:
+        """Raises:
+            BusError: ``url`` is not ``mqtt://host:port``, or a number is out of range.
+        """
+        self._host, self._port = parse_url(url)
+        self._url = url
+        if not connect_timeout_s > 0 or not reconnect_max_s > 0 or keepalive_s < 1:
+            raise BusError("connect_timeout_s, reconnect_max_s and keepalive_s must be > 0")
+        self._connect_timeout_s = connect_timeout_s
+        self._keepalive_s = keepalive_s
+        self._reconnect_max_s = reconnect_max_s
+        self._max_buffer = _check_buffer(max_buffer)
+        if not 1 <= receive_maximum <= 65535:
+            raise BusError(f"receive_maximum must be 1..65535, got {receive_maximum!r}")
+        self._receive_maximum = receive_maximum
+        self._client_id = client_id
+        self._state = "new"  # -> open -> closed
+        self._link: _Link | None = None
+        self._filters: dict[str, _Filter] = {}
+        self._by_ident: dict[int, _Filter] = {}
+        self._idents = itertools.count(1)
+        self._tg: TaskGroup | None = None
+
+    @classmethod
+    def from_settings(cls, settings: BusSettings, *, client_id: str | None = None) -> MQTTBus:
+        """An (unopened) bus for ``settings.url``.
+
+        Raises:
+            BusError: ``settings.url`` is unset or not ``mqtt://host:port``.
+        """
+        if settings.url is None:
+            raise BusError("bus.url is not set, so there is no broker to connect to",
+                           hint="set bus.url: mqtt://127.0.0.1:1883, or use the in-process bus")
+        return cls(settings.url, connect_timeout_s=settings.connect_timeout_s,
+                   keepalive_s=settings.keepalive_s, reconnect_max_s=settings.reconnect_max_s,
+                   max_buffer=settings.max_buffer, client_id=client_id)
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def closed(self) -> bool:
+        return self._state == "closed"
+
+    @property
+    def connected(self) -> bool:
+        """Whether the bus holds a live connection to the broker right now."""
+        return self._link is not None and not self._link.lost.is_set()
+
+    @property
+    def pending(self) -> int:
+        """Deliveries read from the broker that wait to be routed (at most receive_maximum)."""
+        return self._link.client.queued if self._link is not None else 0
+
+    async def __aenter__(self) -> MQTTBus:
+        """Connect and start reading.
+
+        Raises:
+            BusError: the broker did not accept a connection within connect_timeout_s, or this
+                bus was opened before.
+        """
+        if self._state != "new":
+            raise BusError("an MQTTBus opens once", hint="make a new MQTTBus")
+        self._up = anyio.Event()
+        self._lock = anyio.Lock()
+        self._reader = anyio.CancelScope()
+        link = await self._connect()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._state = "open"
+        self._set_link(link)
+        self._tg.start_soon(self._run, link)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        tg, self._tg = self._tg, None
+        return await tg.__aexit__(exc_type, exc, tb) if tg is not None else None
+
+    async def publish(self, topic: str, message: BusMessage) -> None:
+        """See ``port.Bus.publish``; returns once the broker has the message (PUBACK).
+
+        Raises:
+            BusError: as ``port.Bus.publish``; also a ``$SYS/`` topic, or no connection came
+                back within connect_timeout_s.
+        """
+        self._require_open(f"publish on {topic!r}")
+        check_topic(topic)
+        if topic.startswith("$SYS/"):
+            raise BusError(f"cannot publish on {topic!r}: the broker keeps $SYS/ for itself",
+                           hint="use a topic under gliding/")
+        payload = to_json(message)
+        link = self._link
+        deadline = math.inf
+        for _ in range(SENDS):
+            if link is None or link.lost.is_set():
+                if deadline == math.inf:
+                    deadline = anyio.current_time() + self._connect_timeout_s
+                link = await self._wait_up(deadline, f"publish on {topic!r}")
+            with link.request():
+                try:
+                    await link.client.publish(topic, payload, qos=1, timeout=math.inf)
+                    return
+                except aiomqtt.MqttError as exc:
+                    await self._settle(link, exc, f"publish on {topic!r}")
+            # the link dropped before the PUBACK: send again on the next one
+        raise BusError(
+            f"cannot publish on {topic!r}: the connection to {self._url} dropped each of "
+            f"{SENDS} times it was sent", hint="the broker may refuse it (too large?): see its log")
+
+    @asynccontextmanager
+    async def subscribe(
+        self, pattern: str, *, max_buffer: int | None = None
+    ) -> AsyncIterator[InProcessSubscription]:
+        """See ``port.Bus.subscribe``; the broker holds the filter when the context is entered.
+
+        Raises (on entering):
+            BusError: as ``port.Bus.subscribe``; also the broker refused the filter, or no
+                connection came back within connect_timeout_s.
+        """
+        self._require_open(f"subscribe to {pattern!r}")
+        check_pattern(pattern)
+        size = self._max_buffer if max_buffer is None else _check_buffer(max_buffer)
+        send, receive = anyio.create_memory_object_stream[Delivery](size)
+        try:
+            await self._join(pattern, send)
+            yield InProcessSubscription(pattern, receive)
+        finally:
+            send.close()
+            receive.close()
+            with anyio.CancelScope(shield=True):
+                await self._leave(pattern, send)
+
+    async def aclose(self) -> None:
+        """See ``port.Bus.aclose``; disconnects from the broker (politely, if it is there)."""
+        if self._state == "closed":
+            return
+        opened, self._state = self._state == "open", "closed"
+        if not opened:
+            return
+        for entry in self._filters.values():
+            for member in entry.members:
+                member.close()
+        self._reader.cancel()
+        self._up.set()  # wake whoever waits for a connection: they find the bus closed
+        link, self._link = self._link, None
+        if link is not None:
+            link.drop()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._connect_timeout_s):
+                try:
+                    await link.client.__aexit__(None, None, None)
+                except aiomqtt.MqttError as exc:
+                    log.info("bus.mqtt.disconnect_failed", url=self._url, error=str(exc))
+            link.client.abort()
+
+    # ---- connection -------------------------------------------------------------------------
+
+    async def _connect(self) -> _Link:
+        properties = Properties(PacketTypes.CONNECT)
+        properties.ReceiveMaximum = self._receive_maximum
+        link = _Link(
+            self._lost, hostname=self._host, port=self._port, identifier=self._client_id,
+            protocol=aiomqtt.ProtocolVersion.V5, keepalive=self._keepalive_s,
+            timeout=self._connect_timeout_s, properties=properties,
+            # no Nagle: a PUBACK or a second copy must not wait 40 ms for the peer's ACK
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        )
+        try:
+            with anyio.fail_after(self._connect_timeout_s):
+                await link.client.__aenter__()
+        except (aiomqtt.MqttError, TimeoutError) as exc:
+            link.client.abort()
+            reason = str(exc) or f"no answer within {self._connect_timeout_s:g}s"
+            raise BusError(f"cannot connect to the MQTT broker at {self._url}: {reason}",
+                           hint=UNREACHABLE_HINT) from exc
+        except BaseException:
+            link.client.abort()
+            raise
+        return link
+
+    def _set_link(self, link: _Link) -> None:
+        self._link = link
+        self._up.set()
+
+    def _lost(self, link: _Link) -> None:
+        if self._link is link:  # from now on, whoever needs the broker waits for the next one
+            self._link, self._up = None, anyio.Event()
+
+    async def _run(self, link: _Link) -> None:
+        """Read ``link`` until it drops, then reconnect; until the bus closes."""
+        with self._reader:
+            while True:
+                await self._read(link)
+                link.drop()
+                link.client.abort()
+                log.warning("bus.mqtt.disconnected", url=self._url)
+                link = await self._reconnect()
+
+    async def _reconnect(self) -> _Link:
+        delay = min(FIRST_RETRY_S, self._reconnect_max_s)
+        for attempt in itertools.count(1):
+            try:
+                link = await self._connect()
+            except BusError as exc:
+                log.info("bus.mqtt.reconnect_failed", url=self._url, attempt=attempt,
+                         retry_in_s=delay, error=exc.message)
+            else:
+                async with self._lock:
+                    try:
+                        for entry in list(self._filters.values()):
+                            await self._subscribe_on(link, entry)
+                    except BusError as exc:  # refused now, accepted before: try again later
+                        log.warning("bus.mqtt.resubscribe_failed", url=self._url, error=str(exc))
+                        link.drop()
+                    if not link.lost.is_set():
+                        self._set_link(link)
+                        log.info("bus.mqtt.reconnected", url=self._url, attempt=attempt,
+                                 filters=len(self._filters))
+                        return link
+                link.client.abort()
+            await anyio.sleep(delay)
+            delay = min(delay * 2, self._reconnect_max_s)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _wait_up(self, deadline: float, what: str) -> _Link:
+        while True:
+            self._require_open(what)
+            link = self._link
+            if link is not None and not link.lost.is_set():
+                return link
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                raise BusError(
+                    f"cannot {what}: the MQTT broker at {self._url} has been unreachable for "
+                    f"{self._connect_timeout_s:g}s", hint=UNREACHABLE_HINT)
+            with anyio.move_on_after(remaining):
+                await self._up.wait()
+
+    async def _settle(self, link: _Link, exc: aiomqtt.MqttError, what: str) -> None:
+        """After a failed request: return if the link dropped (so retry), else raise."""
+        with anyio.move_on_after(LOSS_GRACE_S):
+            await link.lost.wait()
+        self._require_open(what)
+        if not link.lost.is_set():
+            raise BusError(f"cannot {what} at {self._url}: {exc}",
+                           hint="see the broker's log") from exc
+
+    # ---- subscriptions ----------------------------------------------------------------------
+
+    async def _join(self, pattern: str, send: MemoryObjectSendStream[Delivery]) -> None:
+        deadline = anyio.current_time() + self._connect_timeout_s
+        async with self._lock:
+            self._require_open(f"subscribe to {pattern!r}")
+            entry = self._filters.get(pattern)
+            if entry is None:
+                entry = _Filter(pattern, self._next_ident(), split_shared(pattern)[0] is not None)
+                self._filters[pattern] = entry
+                self._by_ident[entry.ident] = entry
+                entry.members.append(send)
+                link = self._link
+                if link is not None:
+                    try:
+                        await self._subscribe_on(link, entry)
+                    except BusError:
+                        entry.members.remove(send)
+                        self._forget(entry)
+                        raise
+            else:
+                entry.members.append(send)
+        # if the link dropped meanwhile, the reconnection resubscribes the filter
+        await self._wait_up(deadline, f"subscribe to {pattern!r}")
+
+    async def _subscribe_on(self, link: _Link, entry: _Filter) -> None:
+        """SUBSCRIBE ``entry`` on ``link``; returns early if the link drops (``link.lost``).
+
+        Raises:
+            BusError: the broker refused the filter.
+        """
+        properties = Properties(PacketTypes.SUBSCRIBE)
+        properties.SubscriptionIdentifier = entry.ident
+        what = f"subscribe to {entry.pattern!r}"
+        with link.request():
+            try:
+                codes = await link.client.subscribe(entry.pattern, qos=1, properties=properties)
+            except aiomqtt.MqttError as exc:
+                await self._settle(link, exc, what)
+                return
+            for code in codes:
+                value = code if isinstance(code, int) else code.value
+                if value >= 0x80:
+                    raise BusError(f"the broker at {self._url} refused {entry.pattern!r}: {code}",
+                                   hint="check the filter and the broker's ACL")
+
+    async def _leave(self, pattern: str, send: MemoryObjectSendStream[Delivery]) -> None:
+        entry = self._filters.get(pattern)
+        if entry is None or send not in entry.members:
+            return
+        entry.members.remove(send)
+        if entry.members or self.closed:
+            return
+        async with self._lock:
+            if entry.members or self._filters.get(pattern) is not entry:
+                return
+            self._forget(entry)
+            link = self._link
+            if link is None or self.closed:
+                return
+            with anyio.move_on_after(self._connect_timeout_s), link.request():
+                try:
+                    await link.client.unsubscribe(pattern)
+                except aiomqtt.MqttError as exc:
+                    # its deliveries are dropped anyway: no local subscription holds its identifier
+                    log.info("bus.mqtt.unsubscribe_failed", url=self._url, pattern=pattern,
+                             error=str(exc))
+
+    def _forget(self, entry: _Filter) -> None:
+        del self._filters[entry.pattern]
+        del self._by_ident[entry.ident]
+
+    def _next_ident(self) -> int:
+        while True:
+            ident = next(self._idents)
+            if ident > MAX_IDENTIFIER:
+                self._idents = itertools.count(1)
+            elif ident not in self._by_ident:
+                return ident
+
+    # ---- delivery ---------------------------------------------------------------------------
+
+    async def _read(self, link: _Link) -> None:
+        """Route what ``link`` delivers, acknowledging each once routed; until it drops."""
+        client = link.client
+        by_ident = self._by_ident
+        try:
+            while True:
+                mqtt_message = await client.next()
+                properties = mqtt_message.properties
+                idents = getattr(properties, "SubscriptionIdentifier", None)
+                delivery: Delivery | None = None
+                for ident in idents or ():
+                    entry = by_ident.get(ident)
+                    if entry is None or not entry.members:
+                        continue  # left meanwhile
+                    if delivery is None:
+                        delivery = self._decode(mqtt_message)
+                        if delivery is None:
+                            break
+                    if entry.shared:
+                        await _hand_to_one(entry, delivery)
+                    else:
+                        for member in tuple(entry.members):
+                            try:
+                                member.send_nowait(delivery)
+                            except anyio.WouldBlock:
+                                await _hand(member, delivery)
+                            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                                pass  # it left
+                client.ack(mqtt_message)
+        except aiomqtt.MqttError:
+            return
+
+    def _decode(self, mqtt_message: aiomqtt.Message) -> Delivery | None:
+        payload = mqtt_message.payload
+        try:
+            if not isinstance(payload, bytes | str):
+                raise BusError(f"payload of type {type(payload).__name__}")
+            return Delivery(mqtt_message.topic.value, from_json(payload))
+        except BusError as exc:
+            log.warning("bus.mqtt.bad_payload", url=self._url, topic=mqtt_message.topic.value,
+                        error=exc.message, size=len(payload) if payload is not None else 0)
+            return None
+
+    def _require_open(self, what: str) -> None:
+        if self._state != "open":
+            if self._state == "new":
+                raise BusError(f"cannot {what}: the bus is not open yet",
+                               hint="use `async with MQTTBus(url) as bus:`")
+            raise BusError(f"cannot {what}: the bus is closed", hint="open a new bus")
+
+
+async def _hand(member: MemoryObjectSendStream[Delivery], delivery: Delivery) -> bool:
+    """Wait for room in ``member`` and hand it ``delivery``; False if it left meanwhile."""
+    try:
+        await member.send(delivery)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        return False
+    return True
+
+
+async def _hand_to_one(entry: _Filter, delivery: Delivery) -> None:
+    """Give ``delivery`` to one member of a shared filter: the next with room, in turn."""
+    while members := entry.members:
+        start = entry.turn % len(members)
+        order = members[start:] + members[:start]
+        for i, member in enumerate(order):
+            try:
+                member.send_nowait(delivery)
+            except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                continue
+            entry.turn = start + i + 1
+            return
+        entry.turn = start + 1
+        if await _hand(order[0], delivery) or order[0] in entry.members:
+            return  # handed over, or closed with the bus (a member that left is off the list)
+
+
+def _check_buffer(max_buffer: object) -> int:
+    if not isinstance(max_buffer, int) or isinstance(max_buffer, bool) or max_buffer < 1:
+        raise BusError(f"max_buffer must be an int >= 1, got {max_buffer!r}",
+                       hint="the default (bus.max_buffer) suits most subscribers")
+    return max_buffer

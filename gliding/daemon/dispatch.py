@@ -1,0 +1,156 @@
+"""The job side of remote agents: ``Dispatcher`` hands a job's assignments to the worker pool.
+
+When a job's agents run on ``gliding worker`` processes (``daemon.agents: workers``), the
+supervisor's runner publishes its Assignments on ``job/<job>/agent/<ROLE>`` exactly as for
+in-process agents. The dispatcher takes them from there and
+
+* offers each as a ``WorkItem`` on ``work/<ROLE>``, which workers receive through the MQTT 5
+  shared subscription ``$share/gliding/work/<ROLE>`` (each offer goes to one of them);
+* grants it to the first worker that claims it (``claims/<job>`` → ``worker/<id>/grants``),
+  idempotently: a claim QoS 1 delivered twice is granted twice to the same worker;
+* watches the workers' heartbeats (``workers/heartbeat``): an assignment whose worker has not
+  been heard from for ``daemon.lease_s`` is offered again, and another worker takes it over;
+  its agent replays what the first one archived (turns and tool results are not run again);
+* marks an assignment done when its answer appears on ``job/<job>/result/<ROLE>``.
+
+The rules are the pure table of ``leases.py``; this is the thin shell that carries out its
+effects, on the event loop's clock (virtual in tests). The dispatcher knows nothing of agents
+or tools: what a worker needs to run the assignment travels in the WorkItem (the task record,
+the model string, the role's briefing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import structlog
+
+from gliding.bus import topics
+from gliding.bus.messages import Answer, Assignment, Claim, GrantMsg, Heartbeat, JobEvent, WorkItem
+from gliding.bus.port import Bus
+from gliding.daemon import leases as L
+
+log = structlog.get_logger("gliding.daemon")
+
+
+def work_key(job: str, role: str, cycle: int, attempt: int, step: str | None = None) -> str:
+    """The name of one assignment in the lease table (and in workers' heartbeats)."""
+    base = f"{job}/{role}/{cycle}/{attempt}"
+    return f"{base}/{step}" if step else base
+
+
+def assignment_key(a: Assignment) -> str:
+    return work_key(a.job, a.role, a.cycle, a.attempt, getattr(a, "step", None))
+
+
+def answer_key(m: Answer) -> str:
+    return work_key(m.job, m.role, m.cycle, m.attempt, getattr(m, "step", None))
+
+
+class Dispatcher:
+    """Offers job ``job``'s assignments to workers over ``bus`` and re-hands lapsed ones."""
+
+    def __init__(self, bus: Bus, job: str, *, task_record: dict[str, Any], model: str,
+                 origin: str, lease_s: float, offer_s: float | None = None,
+                 briefing: Callable[[Assignment], Awaitable[str]] | None = None) -> None:
+        self.bus = bus
+        self.job = job
+        self.task_record = task_record
+        self.model = model
+        self.origin = origin
+        self.briefing = briefing
+        self.leases = L.Leases(lease_s=lease_s, offer_s=offer_s or max(1.0, lease_s / 2))
+        self.items: dict[str, WorkItem] = {}
+        self.handed = 0  # offers made, re-offers included
+        self.lapsed = 0  # assignments taken from a silent worker
+
+    async def serve(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Subscribe, report ready, then dispatch until cancelled."""
+        job = self.job
+        async with (
+            self.bus.subscribe(topics.agents(job), max_buffer=1000) as assignments,
+            self.bus.subscribe(topics.claims(job), max_buffer=1000) as claims,
+            self.bus.subscribe(topics.heartbeats(), max_buffer=1000) as beats,
+            self.bus.subscribe(topics.results(job), max_buffer=1000) as answers,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(self._take, assignments)
+            tg.start_soon(self._claims, claims)
+            tg.start_soon(self._beats, beats)
+            tg.start_soon(self._answers, answers)
+            tg.start_soon(self._ticks)
+            task_status.started()
+
+    async def _take(self, sub: Any) -> None:
+        while True:
+            _topic, a = await sub.receive()
+            if not isinstance(a, Assignment) or a.job != self.job:
+                continue
+            key = assignment_key(a)
+            briefing = await self.briefing(a) if self.briefing is not None else ""
+            self.items[key] = WorkItem(key=key, epoch=1, assignment=a,
+                                       task_record=self.task_record, model=self.model,
+                                       briefing=briefing, origin=self.origin)
+            await self._apply(L.offer(self.leases, key, anyio.current_time()))
+
+    async def _claims(self, sub: Any) -> None:
+        while True:
+            _topic, c = await sub.receive()
+            if not isinstance(c, Claim) or c.job != self.job:
+                continue
+            if c.declined:  # that worker is full: offer it again now, to the others
+                if c.key in self.items and not self._done(c.key):
+                    await self._offer(c.key, c.epoch)
+                continue
+            await self._apply(L.claim(self.leases, c.key, c.epoch, c.worker,
+                                      anyio.current_time()))
+
+    async def _beats(self, sub: Any) -> None:
+        while True:
+            _topic, h = await sub.receive()
+            if isinstance(h, Heartbeat):
+                mine = {k: e for k, e in h.held.items() if k in self.leases.keys}
+                if mine:
+                    await self._apply(L.heartbeat(self.leases, h.worker, mine,
+                                                  anyio.current_time()))
+
+    async def _answers(self, sub: Any) -> None:
+        while True:
+            _topic, m = await sub.receive()
+            if isinstance(m, Answer) and m.job == self.job:
+                await self._apply(L.done(self.leases, answer_key(m)))
+
+    async def _ticks(self) -> None:
+        period = min(self.leases.lease_s, self.leases.offer_s) / 4
+        while True:
+            await anyio.sleep(period)
+            await self._apply(L.tick(self.leases, anyio.current_time()))
+
+    def _done(self, key: str) -> bool:
+        lease = self.leases.keys.get(key)
+        return lease is None or lease.done
+
+    async def _apply(self, result: tuple[L.Leases, list[L.Effect]]) -> None:
+        self.leases, effects = result
+        for effect in effects:
+            if isinstance(effect, L.Offer):
+                await self._offer(effect.key, effect.epoch)
+            elif isinstance(effect, L.Grant):
+                await self.bus.publish(topics.grants(effect.worker), GrantMsg(
+                    job=self.job, key=effect.key, epoch=effect.epoch, worker=effect.worker,
+                    granted=effect.granted, reason=effect.reason))
+            else:
+                self.lapsed += 1
+                log.warning("work.lapsed", job=self.job, key=effect.key, worker=effect.worker,
+                            silent_s=round(effect.silent_s, 1))
+                await self.bus.publish(topics.events(self.job), JobEvent(
+                    job=self.job, event="work.lapsed",
+                    data={"key": effect.key, "worker": effect.worker,
+                          "silent_s": round(effect.silent_s, 1)}))
+
+    async def _offer(self, key: str, epoch: int) -> None:
+        item = self.items[key].model_copy(update={"epoch": epoch})
+        self.handed += 1
+        await self.bus.publish(topics.work(item.assignment.role), item)

@@ -1,0 +1,261 @@
+"""``gliding worker``: a process that runs agents for jobs of other processes, over MQTT.
+
+A worker subscribes to ``$share/gliding/work/<ROLE>`` for each of its roles (``--roles``), so
+the broker hands every offered WorkItem to one of the workers serving that role: N workers
+split the work. For each offer it claims the key and waits for the dispatcher's grant (an offer
+delivered twice, or already taken by another worker, is not run twice); granted, it runs the
+role's session with the same ``AgentWorker.act`` an in-process job uses and publishes the answer
+on ``job/<job>/result/<ROLE>``, where the job's supervisor takes it.
+
+While it works it sends a heartbeat every ``daemon.heartbeat_s`` naming the keys it holds; if
+it dies, the dispatcher re-offers them after ``daemon.lease_s`` and another worker takes over
+(its agent replays what was archived: no tool call whose result reached L0 runs again).
+
+L0: a worker on the job's host (the WorkItem's ``origin`` data directory holds the job's
+archive) writes it directly, SQLite serialising the processes; elsewhere, or with
+``remote=True``, through ``BusArchive`` to the job's process. What a worker on another host
+needs: the broker (``bus.url``), the SPARQL endpoint for the blackboard tools
+(``memory.blackboard.url``), the task's workspace at the same path (a shared filesystem), and
+the model (a hosted model's key in its environment, or the same local model file).
+
+At most ``concurrency`` assignments run at once; an offer that arrives when all are busy is
+declined at once (the dispatcher offers it to the others). Model backends are built once per
+model string and kept for the worker's life.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from gliding.agents.roles import load_roles
+from gliding.agents.worker import AgentWorker, JobAgents, failed_answer
+from gliding.bus import topics
+from gliding.bus.messages import Assignment, Claim, GrantMsg, Heartbeat, WorkItem
+from gliding.bus.port import Bus
+from gliding.config.settings import Settings
+from gliding.config.task import task_from_record
+from gliding.core.budget import BudgetTracker
+from gliding.core.clock import SystemClock
+from gliding.core.messages import Usage
+from gliding.daemon import compose
+from gliding.daemon.runtime import Runtime, open_bus
+from gliding.errors import GlidingError, UsageError
+from gliding.llm.port import LLM
+from gliding.memory.archive import Archive, archive_path
+from gliding.memory.archive_port import ArchivePort, LocalArchive
+from gliding.memory.bus_archive import BusArchive
+from gliding.tools.checks import ChecksGroup
+from gliding.tools.groups import job_groups
+
+log = structlog.get_logger("gliding.worker")
+
+ROLES = ("PA", "DA", "CA", "AA")
+SHARE_GROUP = "gliding"
+
+
+def worker_id() -> str:
+    """A name unique to this process: host, pid and a random suffix."""
+    return f"{socket.gethostname()[:40]}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class WorkerService:
+    """Serves ``roles`` for any job on ``bus``, at most ``concurrency`` assignments at once."""
+
+    def __init__(self, settings: Settings, bus: Bus, runtime: Runtime, *,
+                 roles: Sequence[str] = ROLES, concurrency: int = 1,
+                 remote: bool = False, name: str | None = None) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.runtime = runtime
+        self.roles = tuple(dict.fromkeys(roles))
+        self.concurrency = concurrency
+        self.remote = remote
+        self.name = name or worker_id()
+        self.held: dict[str, int] = {}  # key -> epoch granted
+        self.finished = 0  # assignments answered
+        self._grants: dict[tuple[str, int], tuple[anyio.Event, list[GrantMsg]]] = {}
+        self._llms: dict[str, LLM] = {}
+        self._busy = 0
+
+    async def serve(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Subscribe to the roles' work and this worker's grants, then serve until cancelled."""
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._grant_inbox)
+            for role in self.roles:
+                await tg.start(self._serve_role, role, tg)
+            tg.start_soon(self._heartbeats)
+            log.info("worker.ready", worker=self.name, roles=list(self.roles),
+                     concurrency=self.concurrency)
+            task_status.started()
+
+    async def _grant_inbox(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with self.bus.subscribe(topics.grants(self.name), max_buffer=1000) as inbox:
+            task_status.started()
+            while True:
+                _topic, grant = await inbox.receive()
+                if isinstance(grant, GrantMsg) and (grant.key, grant.epoch) in self._grants:
+                    event, slot = self._grants[(grant.key, grant.epoch)]
+                    slot.append(grant)
+                    event.set()
+
+    async def _serve_role(self, role: str, tg: Any, *,
+                          task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        pattern = f"$share/{SHARE_GROUP}/{topics.work(role)}"
+        async with self.bus.subscribe(pattern, max_buffer=100) as offers:
+            task_status.started()
+            while True:
+                _topic, item = await offers.receive()
+                if not isinstance(item, WorkItem) or item.assignment.role != role:
+                    continue
+                if item.key in self.held:
+                    continue  # delivered again (QoS 1) or re-offered to us: it runs here
+                job = item.assignment.job
+                if self._busy >= self.concurrency:
+                    await self.bus.publish(topics.claims(job), Claim(
+                        job=job, key=item.key, epoch=item.epoch, worker=self.name,
+                        declined=True))
+                    continue
+                self._busy += 1
+                tg.start_soon(self._claim_and_run, item)
+
+    async def _claim_and_run(self, item: WorkItem) -> None:
+        job = item.assignment.job
+        try:
+            event, slot = anyio.Event(), list[GrantMsg]()
+            self._grants[(item.key, item.epoch)] = (event, slot)
+            try:
+                await self.bus.publish(topics.claims(job), Claim(
+                    job=job, key=item.key, epoch=item.epoch, worker=self.name))
+                with anyio.move_on_after(self.settings.daemon.lease_s):
+                    await event.wait()
+            finally:
+                del self._grants[(item.key, item.epoch)]
+            if not slot or not slot[0].granted:
+                log.info("worker.claim.refused", worker=self.name, key=item.key,
+                         reason=slot[0].reason if slot else "no answer")
+                return
+            self.held[item.key] = item.epoch
+            try:
+                answer = await self._run(item)
+            except Exception as exc:  # a worker bug or a store it cannot reach: the role fails
+                log.error("worker.assignment.crashed", worker=self.name, key=item.key,
+                          error=f"{type(exc).__name__}: {exc}")
+                answer = failed_answer(item.assignment, f"{type(exc).__name__}: {exc}")
+            await self.bus.publish(topics.result(job, item.assignment.role), answer)
+            self.finished += 1
+        finally:
+            self.held.pop(item.key, None)
+            self._busy -= 1
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await self.bus.publish(topics.heartbeats(), Heartbeat(
+                worker=self.name, roles=list(self.roles), held=dict(self.held),
+                free=max(0, self.concurrency - self._busy)))
+            await anyio.sleep(self.settings.daemon.heartbeat_s)
+
+    def _llm(self, model: str) -> LLM:
+        if model not in self._llms:
+            self._llms[model] = compose.build_llm(model, self.settings)
+        return self._llms[model]
+
+    async def _run(self, item: WorkItem) -> Any:
+        a = item.assignment
+        async with self._kit(item) as kit:
+            return await AgentWorker(kit, [a.role]).act(a)
+
+    @asynccontextmanager
+    async def _kit(self, item: WorkItem) -> AsyncIterator[JobAgents]:
+        """What the assignment's agent needs, opened for it and closed after it."""
+        a: Assignment = item.assignment
+        job, settings, rt = a.job, self.settings, self.runtime
+        task = task_from_record(item.task_record)
+        clock = SystemClock()
+        async with AsyncExitStack() as stack:
+            port, job_dir = await self._archive(stack, item)
+            budget = BudgetTracker(compose.limits_of(task), started_at=clock.monotonic())
+            for call in await port.calls():
+                budget.record(call.role, Usage(call.prompt_tokens, call.completion_tokens,
+                                               call.cached_tokens, call.cost_usd))
+            checks = ChecksGroup(task.checks)
+            mcp = compose.mcp_groups(task, settings)
+            roles = compose.task_roles(load_roles(), mcp, task)
+            tools = job_groups(checks=checks, reader=port, iri_base=f"gliding://job/{job}/",
+                               knowledge=rt.access(), web=settings.tools.web, mcp=mcp,
+                               asked=[g for r in roles.values()
+                                      for g in (*r.tool_groups, *r.tool_groups_on_demand)])
+            sandbox = await compose.job_sandbox(job, task, settings, None)
+            began = job_dir / "began"
+            began.mkdir(parents=True, exist_ok=True)
+            briefing_text = item.briefing
+
+            async def briefing(_a: Assignment) -> str:
+                return briefing_text
+
+            await tools.open()
+            stack.push_async_callback(tools.aclose)
+            yield JobAgents(job=job, workspace=task.workspace, llm=self._llm(item.model),
+                            roles=roles, tools=tools, checks=checks, archive=port,
+                            budget=budget, bus=self.bus, clock=clock, settings=settings,
+                            counter=rt.counter, briefing=briefing, began_dir=began,
+                            sandbox=sandbox)
+
+    async def _archive(self, stack: AsyncExitStack, item: WorkItem
+                       ) -> tuple[ArchivePort, Path]:
+        """The job's archive: its file when this host has it (and not ``remote``), else the
+        bus; and the directory where this worker keeps the job's begin marks."""
+        job = item.assignment.job
+        origin = Path(item.origin) if item.origin else None
+        if not self.remote and origin is not None and archive_path(origin, job).exists():
+            archive = stack.enter_context(Archive.open(origin, job, create=False))
+            return LocalArchive(archive, origin), archive.path.parent
+        port = await stack.enter_async_context(BusArchive(self.bus, job, self.name))
+        local = self.settings.data_dir / "worker" / job
+        try:
+            local.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise GlidingError(f"cannot create {local}: {exc.strerror or exc}") from exc
+        return port, local
+
+
+async def serve_worker(settings: Settings, *, roles: Sequence[str], concurrency: int,
+                       remote: bool, announce: Callable[[dict[str, Any]], None]) -> None:
+    """``gliding worker``: connect to ``bus.url``, serve until SIGINT or SIGTERM.
+
+    Raises:
+        UsageError: ``bus.url`` is not set, a role is unknown, or concurrency is below 1.
+        BusError: the broker cannot be reached.
+    """
+    if settings.bus.url is None:
+        raise UsageError("a worker needs a broker: give --broker mqtt://host:port (or bus.url)",
+                         hint="start mosquitto, then `gliding worker --broker URL`")
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown or not roles:
+        raise UsageError(f"unknown role(s) {', '.join(unknown) or '(none given)'}",
+                         hint=f"--roles takes a comma-separated list of {', '.join(ROLES)}")
+    if not 1 <= concurrency <= 1024:
+        raise UsageError(f"--concurrency must be 1 to 1024, got {concurrency}")
+    name = worker_id()
+    async with Runtime.open(settings) as rt, open_bus(settings, client_id=name) as bus:
+        service = WorkerService(settings, bus, rt, roles=roles, concurrency=concurrency,
+                                remote=remote, name=name)
+        async with anyio.create_task_group() as tg:
+            await tg.start(service.serve)
+            announce({"worker": name, "broker": settings.bus.url, "roles": list(service.roles),
+                      "concurrency": concurrency, "remote": remote,
+                      "blackboard": rt.board is not None})
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    log.info("worker.stopping", worker=name, held=list(service.held))
+                    tg.cancel_scope.cancel()
+                    break

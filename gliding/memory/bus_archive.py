@@ -1,0 +1,256 @@
+"""L0 over the bus: ``BusArchive`` is the ``ArchivePort`` of an agent on a worker that cannot
+open the job's archive (another host), ``ArchiveServer`` carries its calls out in the job's
+process.
+
+    worker:  BusArchive.put(...) ──ArchiveRequest on archive/<job>/request──► ArchiveServer
+                                 ◄──ArchiveReply on worker/<worker>/archive──  (LocalArchive)
+
+Exactly once. Every write is idempotent in the archive itself: ``put`` of an IRI that holds the
+same bytes is a no-op, and the server does a ``put_turn`` whose turn is archived already as
+nothing (the turn and its ledger row were written in one transaction, so the row is there too).
+A request whose reply does not come within ``timeout_s`` is therefore simply sent again, up to
+``tries`` times, and what the worker wrote reaches the archive once however often it was sent.
+Reads (``find``, ``read_text``, ``calls``) are repeated the same way.
+
+Errors keep their kind: the server sends the error's code and message, and the worker raises
+NotFoundError, IRIError or ArchiveError again. Bytes travel as base64. The worker keeps a read
+cache of this job's immutable items as ``LocalArchive`` does (``warm`` fills it with one
+request).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import itertools
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import structlog
+
+from gliding.bus import topics
+from gliding.bus.messages import ArchiveOp, ArchiveReply, ArchiveRequest
+from gliding.bus.port import Bus
+from gliding.core.iri import parse_iri
+from gliding.errors import ArchiveError, GlidingError, IRIError, NotFoundError
+from gliding.memory.archive import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
+from gliding.memory.archive_port import READ_CACHE_BYTES, CacheStats, LocalArchive, ReadCache
+
+log = structlog.get_logger("gliding.memory")
+
+TIMEOUT_S = 10.0  # one try of a request
+TRIES = 3
+_ERRORS: dict[str, type[GlidingError]] = {
+    NotFoundError.code: NotFoundError, IRIError.code: IRIError, ArchiveError.code: ArchiveError}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _item_json(item: ArchivedItem) -> dict[str, Any]:
+    out = dataclasses.asdict(item)
+    out["content"] = None if item.content is None else _b64(item.content)
+    return out
+
+
+def _item_from(data: dict[str, Any]) -> ArchivedItem:
+    content = data.get("content")
+    return ArchivedItem(**{**data, "content": None if content is None
+                           else base64.b64decode(content)})
+
+
+class BusArchive:
+    """``ArchivePort`` of job ``job`` for an agent on worker ``worker``, over ``bus``.
+
+    Use inside ``async with BusArchive(...) as archive:`` (it listens for its replies)."""
+
+    def __init__(self, bus: Bus, job: str, worker: str, *, timeout_s: float = TIMEOUT_S,
+                 tries: int = TRIES, cache_bytes: int = READ_CACHE_BYTES) -> None:
+        self.bus = bus
+        self._job = job
+        self.worker = worker
+        self.timeout_s = timeout_s
+        self.tries = tries
+        self.read_cache = ReadCache(cache_bytes)
+        self.cache_stats = CacheStats()
+        self._ids = itertools.count()
+        self._prefix = secrets.token_hex(4)
+        self._waiting: dict[str, tuple[anyio.Event, list[ArchiveReply]]] = {}
+        self._tg: Any = None
+
+    @property
+    def job(self) -> str:
+        return self._job
+
+    async def __aenter__(self) -> BusArchive:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        await self._tg.start(self._listen)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._tg.cancel_scope.cancel()
+        await self._tg.__aexit__(None, None, None)
+
+    async def _listen(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with self.bus.subscribe(topics.archive_replies(self.worker),
+                                      max_buffer=1000) as replies:
+            task_status.started()
+            while True:
+                _topic, reply = await replies.receive()
+                if isinstance(reply, ArchiveReply) and reply.id in self._waiting:
+                    event, slot = self._waiting[reply.id]
+                    slot.append(reply)
+                    event.set()
+
+    async def _call(self, op: ArchiveOp, **args: Any) -> Any:
+        rid = f"{self.worker}-{self._prefix}-{next(self._ids)}"
+        request = ArchiveRequest(id=rid, job=self._job, worker=self.worker, op=op, args=args)
+        event, slot = anyio.Event(), list[ArchiveReply]()
+        self._waiting[rid] = (event, slot)
+        try:
+            for attempt in range(1, self.tries + 1):
+                await self.bus.publish(topics.archive_requests(self._job), request)
+                with anyio.move_on_after(self.timeout_s):
+                    await event.wait()
+                if slot:
+                    break
+                log.warning("archive.request.retry", job=self._job, op=op, attempt=attempt)
+        finally:
+            del self._waiting[rid]
+        if not slot:
+            raise ArchiveError(
+                f"the process of job {self._job} did not answer an archive {op} "
+                f"within {self.tries} x {self.timeout_s:g}s",
+                hint="is the job still running (gliding status) and the broker reachable?")
+        reply = slot[0]
+        if not reply.ok:
+            raise _ERRORS.get(reply.code, ArchiveError)(reply.error)
+        return reply.result
+
+    async def put(self, iri: str, content: bytes | str, *, kind: str,
+                  media_type: str = DEFAULT_MEDIA_TYPE, meta: dict[str, Any] | None = None
+                  ) -> None:
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        await self._call("put", iri=iri, content=_b64(data), kind=kind, media_type=media_type,
+                         meta=meta or {})
+
+    async def put_turn(self, iri: str, body: str, meta: dict[str, Any],
+                       call: CallRecord) -> None:
+        await self._call("put_turn", iri=iri, body=body, meta=meta,
+                         call=dataclasses.asdict(call))
+
+    async def find(self, iri: str) -> ArchivedItem | None:
+        found = await self._call("find", iri=iri)
+        return None if found is None else _item_from(found)
+
+    async def read_text(self, iri: str) -> str:
+        key = str(parse_iri(iri))
+        cached = self.read_cache.get(key)
+        if cached is not None:
+            self.cache_stats.hits += 1
+            return cached
+        self.cache_stats.misses += 1
+        result = await self._call("read_text", iri=iri)
+        text, size = str(result["text"]), result.get("cache_size")
+        if isinstance(size, int):
+            self.read_cache.put(key, text, size)
+        return text
+
+    async def warm(self, iris: Sequence[str]) -> int:
+        wanted = [key for key in dict.fromkeys(_own(i, self._job) for i in iris)
+                  if key is not None and key not in self.read_cache]
+        if not wanted:
+            return 0
+        loaded = await self._call("warm", iris=wanted)
+        added = sum(self.read_cache.put(key, text, size) for key, text, size in loaded)
+        self.cache_stats.warmed += added
+        return added
+
+    async def calls(self) -> list[CallRecord]:
+        return [CallRecord(**row) for row in await self._call("calls")]
+
+
+def _own(iri: str, job: str) -> str | None:
+    try:
+        parsed = parse_iri(iri)
+    except IRIError:
+        return None
+    return str(parsed) if parsed.job == job and parsed.kind else None
+
+
+class ArchiveServer:
+    """Answers the archive requests of job ``port.job`` from workers, over ``bus``."""
+
+    def __init__(self, bus: Bus, port: LocalArchive, *, concurrency: int = 8) -> None:
+        self.bus = bus
+        self.port = port
+        self._slots = anyio.Semaphore(concurrency)
+        self._turns = anyio.Lock()  # put_turn: check-then-write, one at a time
+        self.served = 0
+
+    async def serve(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled."""
+        job = self.port.job
+        async with self.bus.subscribe(topics.archive_requests(job), max_buffer=1000) as inbox, \
+                anyio.create_task_group() as tg:
+            task_status.started()
+            while True:
+                _topic, request = await inbox.receive()
+                if not isinstance(request, ArchiveRequest) or request.job != job:
+                    continue
+                await self._slots.acquire()
+                tg.start_soon(self._answer, request)
+
+    async def _answer(self, request: ArchiveRequest) -> None:
+        try:
+            try:
+                reply = ArchiveReply(id=request.id, ok=True, result=await self._do(request))
+            except GlidingError as exc:
+                reply = ArchiveReply(id=request.id, ok=False, code=exc.code,
+                                     error=exc.message)
+            except (KeyError, TypeError, ValueError) as exc:  # a malformed request
+                reply = ArchiveReply(id=request.id, ok=False, code=ArchiveError.code,
+                                     error=f"bad archive request {request.op}: {exc}")
+            self.served += 1
+            await self.bus.publish(topics.archive_replies(request.worker), reply)
+        finally:
+            self._slots.release()
+
+    async def _do(self, r: ArchiveRequest) -> Any:
+        a, port = r.args, self.port
+        if r.op == "put":
+            await port.put(str(a["iri"]), base64.b64decode(a["content"]), kind=str(a["kind"]),
+                           media_type=str(a.get("media_type") or DEFAULT_MEDIA_TYPE),
+                           meta=dict(a.get("meta") or {}))
+            return None
+        if r.op == "put_turn":
+            body = str(a["body"])
+            async with self._turns:
+                existing = await port.find(str(a["iri"]))
+                if existing is not None and existing.content == body.encode("utf-8"):
+                    return None  # sent again: the turn and its ledger row are in already
+                await port.put_turn(str(a["iri"]), body, dict(a["meta"]),
+                                    CallRecord(**a["call"]))
+            return None
+        if r.op == "find":
+            item = await port.find(str(a["iri"]))
+            return None if item is None else _item_json(item)
+        if r.op == "read_text":
+            iri = str(a["iri"])
+            text = await port.read_text(iri)
+            key = _own(iri, port.job)
+            size = None
+            if key is not None and key == str(parse_iri(iri)):
+                item = await port.find(key)
+                size = item.size if item is not None and item.iri == key else None
+            return {"text": text, "cache_size": size}
+        if r.op == "warm":
+            keys = [k for k in (_own(str(i), port.job) for i in a.get("iris") or []) if k]
+            return await anyio.to_thread.run_sync(port._load, keys)
+        if r.op == "calls":
+            return [dataclasses.asdict(c) for c in await port.calls()]
+        raise ArchiveError(f"unknown archive operation {r.op!r}")

@@ -1,0 +1,119 @@
+"""A job whose agents run on WorkerServices, not in its own process: the job and two workers
+meet only through a real mosquitto broker (each with its own MQTT connection). One worker
+writes L0 into the job's archive file (same host), the other only through the broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gliding.bus.messages import JobEvent
+from gliding.config.loader import load_settings
+from gliding.config.settings import Settings
+from gliding.config.task import load_task
+from gliding.daemon.compose import run_job
+from gliding.daemon.runtime import Runtime, open_bus
+from gliding.daemon.workers import WorkerService
+from gliding.errors import UsageError
+from gliding.memory.archive import Archive
+from gliding.testing.servers import Mosquitto, mosquitto
+
+TASK = """\
+goal: Create hello.txt containing "Hello"
+pipeline: [PA, DA, CA, AA]
+workspace: ws
+checks:
+  - file_contains: {path: hello.txt, text: "Hello"}
+"""
+REPLIES = """\
+PA:
+  - finish: {steps: [write hello.txt]}
+DA:
+  - bash: {command: "echo Hello > hello.txt"}
+  - finish: {summary: wrote hello.txt}
+CA:
+  - run_checks: {}
+  - finish: {notes: ok}
+AA:
+  - finish: {decision: done, report: hello.txt holds Hello}
+"""
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Mosquitto]:
+    with mosquitto() as server:
+        yield server
+
+
+def settings_for(tmp: Path, url: str, data: str, **more: Any) -> Settings:
+    return load_settings(env={}, overrides={
+        "data_dir": str(tmp / data), "bus.url": url, "daemon.agents": "workers",
+        "daemon.heartbeat_s": 0.2, "daemon.lease_s": 2.0, "memory.vectors.enabled": False,
+        **more})
+
+
+async def run_with_workers(tmp: Path, url: str, remote: tuple[bool, ...]
+                           ) -> tuple[Any, list[WorkerService], list[JobEvent]]:
+    job_settings = settings_for(tmp, url, "data")
+    events: list[JobEvent] = []
+    services: list[WorkerService] = []
+    async with anyio.create_task_group() as tg:
+        for n, is_remote in enumerate(remote):
+            ws = settings_for(tmp, url, f"worker{n}")
+            ws.data_dir.mkdir()
+
+            async def serve(ws: Settings = ws, is_remote: bool = is_remote, *,
+                            task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+                async with Runtime.open(ws) as rt, open_bus(ws) as bus:
+                    service = WorkerService(ws, bus, rt, remote=is_remote, name=f"w{len(services)}")
+                    services.append(service)
+                    await service.serve(task_status=task_status)
+
+            await tg.start(serve)
+        with anyio.fail_after(60):
+            handle = await run_job(load_task(tmp / "task.yaml"), job_settings,
+                                   model=f"scripted:{tmp / 'replies.yaml'}",
+                                   on_event=events.append)
+        tg.cancel_scope.cancel()
+    return handle, services, events
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("remote", [(False,), (True,), (True, False)],
+                         ids=["shared-data-dir", "broker-only", "two-workers"])
+def test_a_job_runs_on_workers(tmp_path: Path, broker: Mosquitto,
+                               remote: tuple[bool, ...]) -> None:
+    (tmp_path / "task.yaml").write_text(TASK)
+    (tmp_path / "replies.yaml").write_text(REPLIES)
+    handle, services, events = anyio.run(run_with_workers, tmp_path, broker.url, remote)
+    report = handle.report
+    assert report.outcome == "success", report
+    assert (tmp_path / "ws" / "hello.txt").read_text() == "Hello\n"
+    assert sum(s.finished for s in services) == 4  # PA, DA, CA, AA: each answered once
+    started = [e for e in events if e.event == "role.started"]
+    assert [e.data["role"] for e in started] == ["PA", "DA", "CA", "AA"]
+    with Archive.open(tmp_path / "data", report.job, create=False) as archive:
+        items = archive.list()
+        turns = [i.iri for i in items if i.kind == "turn"]
+        results = [i for i in items if i.kind == "result"]
+        assert len(turns) == len(set(turns)) == 6  # every turn once, in the job's archive
+        assert len(archive.calls()) == 6  # one ledger row per model call, none twice
+        assert results  # the tool results the workers' agents archived
+    if remote == (True,):  # nothing of the job reached the worker's own data directory
+        assert not (tmp_path / "worker0" / "jobs").exists()
+
+
+def test_workers_without_a_broker_are_refused_before_anything_is_written(
+        tmp_path: Path) -> None:
+    (tmp_path / "task.yaml").write_text(TASK)
+    (tmp_path / "replies.yaml").write_text(REPLIES)
+    settings = load_settings(env={}, overrides={"data_dir": str(tmp_path / "data"),
+                                                "daemon.agents": "workers"})
+    with pytest.raises(UsageError, match="bus.url"):
+        anyio.run(lambda: run_job(load_task(tmp_path / "task.yaml"), settings,
+                                  model=f"scripted:{tmp_path / 'replies.yaml'}"))
+    assert not (tmp_path / "data" / "jobs").exists()
