@@ -288,6 +288,13 @@ class DaemonSettings(_Section):
     lease_s: float = Field(10.0, gt=0, le=3600)  # no heartbeat this long: the work is handed on
     agents: Literal["local", "workers"] = "local"  # workers: `gliding worker`s over bus.url
 
+    @model_validator(mode="after")
+    def _lease_outlasts_heartbeats(self) -> DaemonSettings:
+        if self.lease_s < 2 * self.heartbeat_s:
+            raise ValueError(f"lease_s ({self.lease_s:g}) must be at least twice heartbeat_s "
+                             f"({self.heartbeat_s:g}): else every worker's work lapses")
+        return self
+
 
 class Settings(_Section):
     data_dir: Path = Path(".gliding")  # job archives live under <data_dir>/jobs/<job>/

@@ -439,7 +439,7 @@ async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resum
     async def serve_agents(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         with agents:
             if j.settings.daemon.agents == "workers":  # on `gliding worker`s, over the broker
-                await _serve_remote(j, bus, worker, task_status=task_status)
+                await _serve_remote(j, bus, worker, resumed=resumed, task_status=task_status)
             else:
                 await worker.serve(task_status=task_status)
 
@@ -466,10 +466,11 @@ async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resum
     return final
 
 
-async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *,
+async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *, resumed: bool,
                         task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
     """The job's side of agents on workers: the dispatcher that hands its assignments out and
-    the archive server that writes what workers without the archive file send."""
+    the archive server that writes what workers without the archive file send. A resumed job
+    first waits 1.5 heartbeats for workers still holding its work to say so."""
     from gliding.daemon.dispatch import Dispatcher
     from gliding.memory.bus_archive import ArchiveServer
 
@@ -478,7 +479,8 @@ async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *,
     dispatcher = Dispatcher(bus, archive.job, task_record=task_record(j.task),
                             model=str(model or j.llm.name),
                             origin=os.path.realpath(settings.data_dir),
-                            lease_s=settings.daemon.lease_s, briefing=worker.kit.briefing)
+                            lease_s=settings.daemon.lease_s, briefing=worker.kit.briefing,
+                            expect_s=1.5 * settings.daemon.heartbeat_s if resumed else 0.0)
     server = ArchiveServer(bus, LocalArchive(archive, settings.data_dir))
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)

@@ -11,7 +11,12 @@ in-process agents. The dispatcher takes them from there and
 * watches the workers' heartbeats (``workers/heartbeat``): an assignment whose worker has not
   been heard from for ``daemon.lease_s`` is offered again, and another worker takes it over;
   its agent replays what the first one archived (turns and tool results are not run again);
-* marks an assignment done when its answer appears on ``job/<job>/result/<ROLE>``.
+* marks an assignment done when its answer appears on ``job/<job>/result/<ROLE>``;
+* tells a worker to stop (a GrantMsg with ``granted`` false for the key and epoch it holds) when
+  its work was handed on, when it names work it no longer holds, and when the job ends;
+* on a resumed job, waits ``expect_s`` before offering what it is handed, so that a worker still
+  running an assignment of the killed process adopts it by its heartbeat instead of a second
+  worker starting it.
 
 The rules are the pure table of ``leases.py``; this is the thin shell that carries out its
 effects, on the event loop's clock (virtual in tests). The dispatcher knows nothing of agents
@@ -54,6 +59,7 @@ class Dispatcher:
 
     def __init__(self, bus: Bus, job: str, *, task_record: dict[str, Any], model: str,
                  origin: str, lease_s: float, offer_s: float | None = None,
+                 expect_s: float = 0.0,
                  briefing: Callable[[Assignment], Awaitable[str]] | None = None) -> None:
         self.bus = bus
         self.job = job
@@ -61,14 +67,26 @@ class Dispatcher:
         self.model = model
         self.origin = origin
         self.briefing = briefing
-        self.leases = L.Leases(lease_s=lease_s, offer_s=offer_s or max(1.0, lease_s / 2))
+        self.leases = L.Leases(lease_s=lease_s,
+                               offer_s=offer_s or max(0.5, min(2.0, lease_s / 2)))
+        self.expect_s = expect_s
+        self.started = 0.0
         self.items: dict[str, WorkItem] = {}
         self.handed = 0  # offers made, re-offers included
         self.lapsed = 0  # assignments taken from a silent worker
 
     async def serve(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Subscribe, report ready, then dispatch until cancelled."""
+        """Subscribe, report ready, then dispatch until cancelled; then tell every worker that
+        still holds work of the job to stop."""
+        try:
+            await self._serve(task_status)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self._apply(L.revoke_all(self.leases, "the job ended"))
+
+    async def _serve(self, task_status: Any) -> None:
         job = self.job
+        self.started = anyio.current_time()
         async with (
             self.bus.subscribe(topics.agents(job), max_buffer=1000) as assignments,
             self.bus.subscribe(topics.claims(job), max_buffer=1000) as claims,
@@ -93,16 +111,20 @@ class Dispatcher:
             self.items[key] = WorkItem(key=key, epoch=1, assignment=a,
                                        task_record=self.task_record, model=self.model,
                                        briefing=briefing, origin=self.origin)
-            await self._apply(L.offer(self.leases, key, anyio.current_time()))
+            now = anyio.current_time()
+            if now - self.started < self.expect_s:  # a worker may hold it: let it say so first
+                await self._apply(L.expect(self.leases, key, now,
+                                           self.started + self.expect_s - now))
+            else:
+                await self._apply(L.offer(self.leases, key, now))
 
     async def _claims(self, sub: Any) -> None:
         while True:
             _topic, c = await sub.receive()
             if not isinstance(c, Claim) or c.job != self.job:
                 continue
-            if c.declined:  # that worker is full: offer it again now, to the others
-                if c.key in self.items and not self._done(c.key):
-                    await self._offer(c.key, c.epoch)
+            if c.declined:  # that worker is full: the next tick offers it again (leases.py)
+                log.debug("work.declined", job=self.job, key=c.key, worker=c.worker)
                 continue
             await self._apply(L.claim(self.leases, c.key, c.epoch, c.worker,
                                       anyio.current_time()))
@@ -128,19 +150,16 @@ class Dispatcher:
             await anyio.sleep(period)
             await self._apply(L.tick(self.leases, anyio.current_time()))
 
-    def _done(self, key: str) -> bool:
-        lease = self.leases.keys.get(key)
-        return lease is None or lease.done
-
     async def _apply(self, result: tuple[L.Leases, list[L.Effect]]) -> None:
         self.leases, effects = result
         for effect in effects:
             if isinstance(effect, L.Offer):
                 await self._offer(effect.key, effect.epoch)
-            elif isinstance(effect, L.Grant):
+            elif isinstance(effect, L.Grant | L.Revoke):
+                granted = isinstance(effect, L.Grant) and effect.granted
                 await self.bus.publish(topics.grants(effect.worker), GrantMsg(
                     job=self.job, key=effect.key, epoch=effect.epoch, worker=effect.worker,
-                    granted=effect.granted, reason=effect.reason))
+                    granted=granted, reason=effect.reason))
             else:
                 self.lapsed += 1
                 log.warning("work.lapsed", job=self.job, key=effect.key, worker=effect.worker,

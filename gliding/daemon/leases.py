@@ -6,10 +6,13 @@ effects)``; the dispatcher (``daemon/dispatch.py``) carries the effects out on t
 reads a clock: ``now`` is given.
 
     offer(key)            new work: Offer it to the worker pool (epoch 1)
+    expect(key, wait_s)   work that may be held already (a resumed job): offer it only if no
+                          heartbeat adopts it within ``wait_s``
     claim(key, epoch, w)  a worker that received the offer asks for it
     heartbeat(w, keys)    worker ``w`` is alive and still holds ``keys``
     done(key)             the key's answer arrived: nothing more is offered or granted
     tick                  time passed: re-offer what nobody took or whose holder went silent
+    revoke_all            the job ends: every holder is told to stop
 
 The rules:
 
@@ -17,15 +20,18 @@ The rules:
   worker claiming again gets the grant again (QoS 1 may deliver an offer or a claim twice, so a
   claim is idempotent); every other claim is refused.
 * The holder must be heard from (a claim or a heartbeat naming the key) at least every
-  ``lease_s``; otherwise the key is offered again with the next epoch, and the old holder's
-  later claims and heartbeats no longer count (its epoch is stale). A worker that was only slow
-  finds out when it next claims; its answer, should it still send one, is ignored by the
-  supervisor if another was accepted first (answers are correlated, never taken twice).
+  ``lease_s``; otherwise the key is offered again with the next epoch and the old holder is
+  sent a Revoke (it stops that session); its later claims and heartbeats no longer count (its
+  epoch is stale), and a heartbeat naming a stale epoch is answered with another Revoke. Should
+  a slow holder still answer, the supervisor takes only the first answer (answers are
+  correlated, never taken twice).
 * An offer nobody claimed within ``offer_s`` is made again with the same epoch (no worker was
   subscribed, or a worker declined it because it was full).
 * A heartbeat from a worker that names a key it was never granted adopts it when the key is
   offered and not granted (a restarted dispatcher learns who was already working).
 * A done key is never offered or granted again.
+* A declined offer (the worker was full) is not offered again at once: the next tick after
+  ``offer_s`` does it, so a pool of full workers is not flooded.
 """
 
 from __future__ import annotations
@@ -74,7 +80,18 @@ class Lapsed:
     kind: Literal["lapsed"] = "lapsed"
 
 
-Effect = Offer | Grant | Lapsed
+@dataclass(frozen=True)
+class Revoke:
+    """Tell ``worker`` to stop its session of ``key`` (granted in ``epoch``)."""
+
+    key: str
+    epoch: int
+    worker: str
+    reason: str
+    kind: Literal["revoke"] = "revoke"
+
+
+Effect = Offer | Grant | Lapsed | Revoke
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,15 @@ def offer(leases: Leases, key: str, now: float) -> tuple[Leases, list[Effect]]:
     return _with(leases, Lease(key, heard=now)), [Offer(key, 1)]
 
 
+def expect(leases: Leases, key: str, now: float,
+           wait_s: float) -> tuple[Leases, list[Effect]]:
+    """Work a worker may hold already (a resumed job's): known, offered only by ``tick`` if no
+    heartbeat adopted it within ``wait_s``."""
+    if key in leases.keys:
+        return leases, []
+    return _with(leases, Lease(key, heard=now + wait_s - leases.offer_s)), []
+
+
 def claim(leases: Leases, key: str, epoch: int, worker: str,
           now: float) -> tuple[Leases, list[Effect]]:
     """``worker`` claims ``key`` as offered in ``epoch``."""
@@ -121,13 +147,19 @@ def heartbeat(leases: Leases, worker: str, held: dict[str, int],
               now: float) -> tuple[Leases, list[Effect]]:
     """``worker`` holds ``held`` (key -> epoch): renew them, adopt ones nobody holds."""
     out = leases
+    effects: list[Effect] = []
     for key, epoch in held.items():
         lease = out.keys.get(key)
-        if lease is None or lease.done or epoch != lease.epoch:
+        if lease is None:
             continue
-        if lease.holder == worker or lease.holder is None:
+        if lease.done or epoch != lease.epoch:
+            effects.append(Revoke(key, epoch, worker, "done" if lease.done else
+                                  f"offer {epoch} is stale (now {lease.epoch})"))
+        elif lease.holder == worker or lease.holder is None:
             out = _with(out, replace(lease, holder=worker, heard=now))
-    return out, []
+        else:
+            effects.append(Revoke(key, epoch, worker, f"taken by {lease.holder}"))
+    return out, effects
 
 
 def done(leases: Leases, key: str) -> tuple[Leases, list[Effect]]:
@@ -149,9 +181,20 @@ def tick(leases: Leases, now: float) -> tuple[Leases, list[Effect]]:
         silent = now - lease.heard
         if lease.holder is not None and silent > leases.lease_s:
             nxt = replace(lease, epoch=lease.epoch + 1, holder=None, heard=now)
-            effects += [Lapsed(lease.key, lease.holder, silent), Offer(lease.key, nxt.epoch)]
+            effects += [Lapsed(lease.key, lease.holder, silent),
+                        Revoke(lease.key, lease.epoch, lease.holder, f"silent {silent:.1f}s"),
+                        Offer(lease.key, nxt.epoch)]
             out = _with(out, nxt)
         elif lease.holder is None and silent > leases.offer_s:
             out = _with(out, replace(lease, heard=now))
             effects.append(Offer(lease.key, lease.epoch))
     return out, effects
+
+
+def revoke_all(leases: Leases, reason: str) -> tuple[Leases, list[Effect]]:
+    """The job ends: every key is done, and each holder is told to stop."""
+    effects: list[Effect] = [Revoke(lease.key, lease.epoch, lease.holder, reason)
+                             for lease in leases.keys.values()
+                             if lease.holder is not None and not lease.done]
+    keys = {k: replace(lease, done=True) for k, lease in leases.keys.items()}
+    return replace(leases, keys=keys), effects

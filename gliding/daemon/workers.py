@@ -31,6 +31,7 @@ import signal
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from gliding.core.clock import SystemClock
 from gliding.core.messages import Usage
 from gliding.daemon import compose
 from gliding.daemon.runtime import Runtime, open_bus
-from gliding.errors import GlidingError, UsageError
+from gliding.errors import BusError, GlidingError, UsageError
 from gliding.llm.port import LLM
 from gliding.memory.archive import Archive, archive_path
 from gliding.memory.archive_port import ArchivePort, LocalArchive
@@ -60,7 +61,13 @@ from gliding.tools.groups import job_groups
 log = structlog.get_logger("gliding.worker")
 
 ROLES = ("PA", "DA", "CA", "AA")
+ANSWER_TRIES = 6  # publishing an answer while the broker is away
 SHARE_GROUP = "gliding"
+
+
+def _same_dir(a: str, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name the same directory (blocking: it resolves links)."""
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def worker_id() -> str:
@@ -84,6 +91,8 @@ class WorkerService:
         self.held: dict[str, int] = {}  # key -> epoch granted
         self.finished = 0  # assignments answered
         self._grants: dict[tuple[str, int], tuple[anyio.Event, list[GrantMsg]]] = {}
+        self._scopes: dict[str, anyio.CancelScope] = {}
+        self._freed = anyio.Event()  # set (and replaced) whenever a slot frees
         self._llms: dict[str, LLM] = {}
         self._busy = 0
 
@@ -99,74 +108,115 @@ class WorkerService:
             task_status.started()
 
     async def _grant_inbox(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Grants answer a waiting claim; a refusal of work this worker runs stops it."""
         async with self.bus.subscribe(topics.grants(self.name), max_buffer=1000) as inbox:
             task_status.started()
             while True:
                 _topic, grant = await inbox.receive()
-                if isinstance(grant, GrantMsg) and (grant.key, grant.epoch) in self._grants:
-                    event, slot = self._grants[(grant.key, grant.epoch)]
+                if not isinstance(grant, GrantMsg):
+                    continue
+                waiting = self._grants.get((grant.key, grant.epoch))
+                if waiting is not None:
+                    event, slot = waiting
                     slot.append(grant)
                     event.set()
+                elif not grant.granted and self.held.get(grant.key) == grant.epoch:
+                    log.warning("worker.revoked", worker=self.name, key=grant.key,
+                                reason=grant.reason)
+                    scope = self._scopes.get(grant.key)
+                    if scope is not None:
+                        scope.cancel()
 
     async def _serve_role(self, role: str, tg: Any, *,
                           task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Hold the role's share of the offers only while a slot is free (the broker then
+        hands new offers to the other workers); an offer that still arrives when full is
+        declined."""
         pattern = f"$share/{SHARE_GROUP}/{topics.work(role)}"
-        async with self.bus.subscribe(pattern, max_buffer=100) as offers:
-            task_status.started()
-            while True:
-                _topic, item = await offers.receive()
-                if not isinstance(item, WorkItem) or item.assignment.role != role:
-                    continue
-                if item.key in self.held:
-                    continue  # delivered again (QoS 1) or re-offered to us: it runs here
-                job = item.assignment.job
-                if self._busy >= self.concurrency:
-                    await self.bus.publish(topics.claims(job), Claim(
-                        job=job, key=item.key, epoch=item.epoch, worker=self.name,
-                        declined=True))
-                    continue
-                self._busy += 1
-                tg.start_soon(self._claim_and_run, item)
+        ready = task_status
+        while True:
+            while self._busy >= self.concurrency:
+                await self._freed.wait()
+            async with self.bus.subscribe(pattern, max_buffer=100) as offers:
+                ready.started()
+                ready = anyio.TASK_STATUS_IGNORED
+                while self._busy < self.concurrency:
+                    _topic, item = await offers.receive()
+                    if not isinstance(item, WorkItem) or item.assignment.role != role:
+                        continue
+                    if item.key in self.held or (item.key, item.epoch) in self._grants:
+                        continue  # delivered again (QoS 1) while claimed or running here
+                    if self._busy >= self.concurrency:  # another role took the last slot
+                        await self._publish(topics.claims(item.assignment.job), Claim(
+                            job=item.assignment.job, key=item.key, epoch=item.epoch,
+                            worker=self.name, declined=True))
+                        continue
+                    self._busy += 1
+                    self._grants[(item.key, item.epoch)] = (anyio.Event(), [])
+                    tg.start_soon(self._claim_and_run, item)
 
     async def _claim_and_run(self, item: WorkItem) -> None:
         job = item.assignment.job
         try:
-            event, slot = anyio.Event(), list[GrantMsg]()
-            self._grants[(item.key, item.epoch)] = (event, slot)
+            event, slot = self._grants[(item.key, item.epoch)]
             try:
-                await self.bus.publish(topics.claims(job), Claim(
-                    job=job, key=item.key, epoch=item.epoch, worker=self.name))
-                with anyio.move_on_after(self.settings.daemon.lease_s):
-                    await event.wait()
+                if await self._publish(topics.claims(job), Claim(
+                        job=job, key=item.key, epoch=item.epoch, worker=self.name)):
+                    with anyio.move_on_after(self.settings.daemon.lease_s):
+                        await event.wait()
             finally:
-                del self._grants[(item.key, item.epoch)]
+                self._grants.pop((item.key, item.epoch), None)
             if not slot or not slot[0].granted:
                 log.info("worker.claim.refused", worker=self.name, key=item.key,
                          reason=slot[0].reason if slot else "no answer")
                 return
             self.held[item.key] = item.epoch
-            try:
-                answer = await self._run(item)
-            except Exception as exc:  # a worker bug or a store it cannot reach: the role fails
-                log.error("worker.assignment.crashed", worker=self.name, key=item.key,
-                          error=f"{type(exc).__name__}: {exc}")
-                answer = failed_answer(item.assignment, f"{type(exc).__name__}: {exc}")
-            await self.bus.publish(topics.result(job, item.assignment.role), answer)
-            self.finished += 1
+            answer = None
+            with anyio.CancelScope() as scope:
+                self._scopes[item.key] = scope
+                try:
+                    answer = await self._run(item)
+                except Exception as exc:  # a worker bug or a store it cannot reach: it fails
+                    log.error("worker.assignment.crashed", worker=self.name, key=item.key,
+                              error=f"{type(exc).__name__}: {exc}")
+                    answer = failed_answer(item.assignment, f"{type(exc).__name__}: {exc}")
+            if scope.cancelled_caught or answer is None:
+                return  # revoked: the work went to another worker, or the job ended
+            topic = topics.result(job, item.assignment.role)
+            for attempt in range(ANSWER_TRIES):  # the broker may be restarting
+                if await self._publish(topic, answer):
+                    self.finished += 1
+                    break
+                await anyio.sleep(min(2.0 ** attempt, self.settings.daemon.lease_s))
         finally:
             self.held.pop(item.key, None)
+            self._scopes.pop(item.key, None)
             self._busy -= 1
+            self._freed.set()
+            self._freed = anyio.Event()
+
+    async def _publish(self, topic: str, message: Any) -> bool:
+        """Publish; False (logged) when the broker stays unreachable: a worker outlives a
+        broker restart (what it could not say, the leases recover)."""
+        try:
+            await self.bus.publish(topic, message)
+        except BusError as exc:
+            log.warning("worker.publish.failed", worker=self.name, topic=topic,
+                        error=exc.message)
+            return False
+        return True
 
     async def _heartbeats(self) -> None:
         while True:
-            await self.bus.publish(topics.heartbeats(), Heartbeat(
+            await self._publish(topics.heartbeats(), Heartbeat(
                 worker=self.name, roles=list(self.roles), held=dict(self.held),
                 free=max(0, self.concurrency - self._busy)))
             await anyio.sleep(self.settings.daemon.heartbeat_s)
 
-    def _llm(self, model: str) -> LLM:
-        if model not in self._llms:
-            self._llms[model] = compose.build_llm(model, self.settings)
+    async def _llm(self, model: str) -> LLM:
+        if model not in self._llms:  # a replies file or litellm's import: not on the loop
+            self._llms[model] = await anyio.to_thread.run_sync(compose.build_llm, model,
+                                                               self.settings)
         return self._llms[model]
 
     async def _run(self, item: WorkItem) -> Any:
@@ -196,7 +246,7 @@ class WorkerService:
                                       for g in (*r.tool_groups, *r.tool_groups_on_demand)])
             sandbox = await compose.job_sandbox(job, task, settings, None)
             began = job_dir / "began"
-            began.mkdir(parents=True, exist_ok=True)
+            await anyio.to_thread.run_sync(partial(began.mkdir, parents=True, exist_ok=True))
             briefing_text = item.briefing
 
             async def briefing(_a: Assignment) -> str:
@@ -204,7 +254,7 @@ class WorkerService:
 
             await tools.open()
             stack.push_async_callback(tools.aclose)
-            yield JobAgents(job=job, workspace=task.workspace, llm=self._llm(item.model),
+            yield JobAgents(job=job, workspace=task.workspace, llm=await self._llm(item.model),
                             roles=roles, tools=tools, checks=checks, archive=port,
                             budget=budget, bus=self.bus, clock=clock, settings=settings,
                             counter=rt.counter, briefing=briefing, began_dir=began,
@@ -215,14 +265,17 @@ class WorkerService:
         """The job's archive: its file when this host has it (and not ``remote``), else the
         bus; and the directory where this worker keeps the job's begin marks."""
         job = item.assignment.job
-        origin = Path(item.origin) if item.origin else None
-        if not self.remote and origin is not None and archive_path(origin, job).exists():
-            archive = stack.enter_context(Archive.open(origin, job, create=False))
-            return LocalArchive(archive, origin), archive.path.parent
+        own = self.settings.data_dir
+        if not self.remote and item.origin and await anyio.to_thread.run_sync(
+                _same_dir, item.origin, own) and archive_path(own, job).exists():
+            archive = await anyio.to_thread.run_sync(
+                partial(Archive.open, own, job, create=False))
+            stack.callback(archive.close)
+            return LocalArchive(archive, own), archive.path.parent
         port = await stack.enter_async_context(BusArchive(self.bus, job, self.name))
-        local = self.settings.data_dir / "worker" / job
+        local = own / "worker" / job
         try:
-            local.mkdir(parents=True, exist_ok=True)
+            await anyio.to_thread.run_sync(partial(local.mkdir, parents=True, exist_ok=True))
         except OSError as exc:
             raise GlidingError(f"cannot create {local}: {exc.strerror or exc}") from exc
         return port, local

@@ -198,7 +198,7 @@ class LocalArchive:
                   if key is not None and key not in self.read_cache]
         if not wanted:
             return 0
-        loaded = await anyio.to_thread.run_sync(self._load, wanted)
+        loaded = await anyio.to_thread.run_sync(self.load_items, wanted)
         added = sum(self.read_cache.put(key, text, size) for key, text, size in loaded)
         self.cache_stats.warmed += added
         return added
@@ -211,7 +211,7 @@ class LocalArchive:
             return None
         return str(parsed) if parsed.job == self.archive.job and parsed.kind else None
 
-    def _load(self, keys: list[str]) -> list[tuple[str, str, int]]:
+    def load_items(self, keys: list[str]) -> list[tuple[str, str, int]]:
         """The items archived under ``keys`` themselves: a missing key, and a node's IRI (only
         its revisions are items), is left out."""
         loaded = []

@@ -12,7 +12,10 @@ A request whose reply does not come within ``timeout_s`` is therefore simply sen
 ``tries`` times, and what the worker wrote reaches the archive once however often it was sent.
 Reads (``find``, ``read_text``, ``calls``) are repeated the same way.
 
-Errors keep their kind: the server sends the error's code and message, and the worker raises
+The server answers for its own job only: reads of another job's items are refused
+(NotFoundError), so a broker client cannot read the data directory through it; writes are
+checked by the archive itself (an IRI of another job is an ArchiveError). Errors keep their
+kind: the server sends the error's code and message, and the worker raises
 NotFoundError, IRIError or ArchiveError again. Bytes travel as base64. The worker keeps a read
 cache of this job's immutable items as ``LocalArchive`` does (``warm`` fills it with one
 request).
@@ -222,6 +225,10 @@ class ArchiveServer:
 
     async def _do(self, r: ArchiveRequest) -> Any:
         a, port = r.args, self.port
+        if r.op in ("find", "read_text") and parse_iri(str(a["iri"])).job != port.job:
+            # a worker reads this job only: earlier jobs' items stay behind the daemon's token
+            raise NotFoundError(f"{a['iri']} is not an item of job {port.job}",
+                                hint="a worker reads the archive of the job it works for")
         if r.op == "put":
             await port.put(str(a["iri"]), base64.b64decode(a["content"]), kind=str(a["kind"]),
                            media_type=str(a.get("media_type") or DEFAULT_MEDIA_TYPE),
@@ -250,7 +257,7 @@ class ArchiveServer:
             return {"text": text, "cache_size": size}
         if r.op == "warm":
             keys = [k for k in (_own(str(i), port.job) for i in a.get("iris") or []) if k]
-            return await anyio.to_thread.run_sync(port._load, keys)
+            return await anyio.to_thread.run_sync(port.load_items, keys)
         if r.op == "calls":
             return [dataclasses.asdict(c) for c in await port.calls()]
         raise ArchiveError(f"unknown archive operation {r.op!r}")

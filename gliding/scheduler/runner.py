@@ -70,7 +70,8 @@ class JobRunner:
     verify: Verifier
     journal: Journal
     wall_time_s: float | None = None
-    stop_agents: Callable[[], None] | None = None  # called when the wall time runs out
+    # called when the wall time runs out, and when a job ends with plan steps still at work
+    stop_agents: Callable[[], None] | None = None
     state: SupervisorState | None = None  # the latest state, kept through a cancellation
 
     async def run(self, state: SupervisorState, commands: list[Command]) -> SupervisorState:
@@ -122,10 +123,14 @@ class JobRunner:
                 log.warning("supervisor.message.ignored", job=state.job,
                             reason=f"{type(message).__name__} is not an answer")
                 continue
+            before = state
             state, todo = supervisor.step(state, message)
             self.state = state
             if not (todo and isinstance(todo[0], Ignored)):
                 await self.journal.record(state, f"{message.type}:{getattr(message, 'role', '')}")
+            if before.running and any(isinstance(c, Verify | Finished) for c in todo) and (
+                    self.stop_agents is not None):
+                self.stop_agents()  # steps still at work (one failed): nothing more is wanted
 
     async def _carry_out(self, state: SupervisorState, command: Command
                          ) -> tuple[SupervisorState, list[Command]] | None:

@@ -133,7 +133,8 @@ def test_lease_s_is_how_long_a_silent_workers_work_stays_with_it(
 ) -> None:
     settings = settings_from(tmp, {
         "GLIDING_BUS__URL": broker.url, "GLIDING_DAEMON__AGENTS": "workers",
-        "GLIDING_DAEMON__LEASE_S": str(lease_s), "GLIDING_MEMORY__VECTORS__ENABLED": "false"})
+        "GLIDING_DAEMON__LEASE_S": str(lease_s), "GLIDING_DAEMON__HEARTBEAT_S": "0.1",
+        "GLIDING_MEMORY__VECTORS__ENABLED": "false"})
 
     async def main() -> tuple[float, JobEvent]:
         with anyio.fail_after(30):
@@ -141,7 +142,7 @@ def test_lease_s_is_how_long_a_silent_workers_work_stays_with_it(
 
     held_for, lapsed = anyio.run(main)
 
-    # the dispatcher looks every min(lease_s, offer_s) / 4, offer_s = max(1, lease_s / 2)
+    # the dispatcher looks every min(lease_s, offer_s) / 4, offer_s = max(0.5, min(2, lease_s / 2))
     assert lease_s - 0.1 <= held_for < lease_s + 0.25 + 0.5
     assert held_for < DEFAULTS.lease_s
     assert lapsed.data["worker"] == "ghost"

@@ -110,3 +110,18 @@ def test_a_job_process_that_does_not_answer_is_an_archive_error(tmp_path: Path) 
         await bus.aclose()
 
     anyio.run(main)
+
+
+def test_a_worker_reads_its_own_job_only(tmp_path: Path) -> None:
+    other = Archive.open(tmp_path / "data", "j2")
+    other.put("gliding://job/j2/result/DA-1-0", b"secret", kind="result")
+    other.close()
+
+    async def main() -> None:
+        async with served(tmp_path) as (port, _, _):
+            with pytest.raises(NotFoundError, match="not an item of job j1"):
+                await port.read_text("gliding://job/j2/result/DA-1-0")
+            with pytest.raises(NotFoundError):
+                await port.find("gliding://job/j2/result/DA-1-0")
+
+    anyio.run(main)

@@ -36,11 +36,13 @@ def test_a_silent_holder_loses_the_key_to_the_next_epoch() -> None:
     t, fx = L.tick(t, 2 * LEASE_S - 2)
     assert fx == []  # the heartbeat renewed it
     t, fx = L.tick(t, 2 * LEASE_S)
-    assert fx == [L.Lapsed("k", "w1", LEASE_S + 1), L.Offer("k", 2)]
+    assert fx == [L.Lapsed("k", "w1", LEASE_S + 1),
+                  L.Revoke("k", 1, "w1", f"silent {LEASE_S + 1:.1f}s"), L.Offer("k", 2)]
     t, fx = L.claim(t, "k", 1, "w1", 2 * LEASE_S)  # the old holder comes back: stale
     assert fx[0].granted is False and "stale" in fx[0].reason
-    t, _ = L.heartbeat(t, "w1", {"k": 1}, 2 * LEASE_S)  # its heartbeat does not adopt it
+    t, fx = L.heartbeat(t, "w1", {"k": 1}, 2 * LEASE_S)  # its heartbeat does not adopt it
     assert t.keys["k"].holder is None
+    assert fx == [L.Revoke("k", 1, "w1", "offer 1 is stale (now 2)")]  # it is told to stop
     t, fx = L.claim(t, "k", 2, "w2", 2 * LEASE_S + 1)
     assert fx == [L.Grant("k", 2, "w2", True)]
 
@@ -60,6 +62,23 @@ def test_done_keys_are_never_offered_or_granted() -> None:
     assert L.tick(t, 1000.0)[1] == []
     assert L.claim(t, "k", 1, "w1", 1.0)[1][0].granted is False
     assert L.offer(t, "k", 2.0)[1] == []  # a resumed runner re-issuing it changes nothing
+
+
+def test_expected_work_is_offered_only_if_nobody_adopts_it() -> None:
+    t, fx = L.expect(fresh(), "k", 0.0, wait_s=3.0)
+    assert fx == [] and L.tick(t, 2.9)[1] == []
+    assert L.tick(t, 3.1)[1] == [L.Offer("k", 1)]  # no heartbeat named it in time
+    t, _ = L.heartbeat(t, "w1", {"k": 1}, 1.0)  # a worker of the killed process holds it
+    assert t.keys["k"].holder == "w1" and L.tick(t, 3.1)[1] == []
+
+
+def test_the_end_of_the_job_revokes_what_is_held() -> None:
+    t, _ = L.offer(fresh(), "a", 0.0)
+    t, _ = L.offer(t, "b", 0.0)
+    t, _ = L.claim(t, "a", 1, "w1", 0.0)
+    t, fx = L.revoke_all(t, "the job ended")
+    assert fx == [L.Revoke("a", 1, "w1", "the job ended")]
+    assert t.open_keys() == [] and L.tick(t, 100.0)[1] == []
 
 
 def test_a_heartbeat_adopts_a_key_nobody_holds() -> None:
@@ -91,6 +110,9 @@ class LeaseMachine(RuleBasedStateMachine):
                 assert owner == e.worker, "two workers granted one epoch of a key"
             if isinstance(e, L.Offer):
                 assert e.key not in self.done, "a done key was offered"
+            if isinstance(e, L.Revoke):  # never the holder of the key's current epoch
+                lease = self.t.keys[e.key]
+                assert lease.done or (e.worker, e.epoch) != (lease.holder, lease.epoch)
 
     @rule()
     def new_work(self) -> None:

@@ -63,8 +63,9 @@ async def run_with_workers(tmp: Path, url: str, remote: tuple[bool, ...]
     services: list[WorkerService] = []
     async with anyio.create_task_group() as tg:
         for n, is_remote in enumerate(remote):
-            ws = settings_for(tmp, url, f"worker{n}")
-            ws.data_dir.mkdir()
+            # shared: the job's own data directory (its archive file is written directly)
+            ws = settings_for(tmp, url, f"worker{n}" if is_remote else "data")
+            ws.data_dir.mkdir(exist_ok=True)
 
             async def serve(ws: Settings = ws, is_remote: bool = is_remote, *,
                             task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
