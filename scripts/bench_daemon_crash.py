@@ -34,6 +34,12 @@ Counted at the end, from the daemon's queue, each job's ``trace.txt`` and its L0
     running_at_kill    the jobs the queue had running at each kill; kills_mid_job: the kills
                        with at least one (the defaults make the run outlast the kills)
 
+With ``--workers N`` the jobs' agents run on N ``gliding worker`` processes
+(``daemon.agents: workers``, a mosquitto the script starts, ``daemon.lease_s`` 2 s, the workers
+sharing the daemon's data directory); ``--kill worker`` then kills a random worker at each
+moment instead of the daemon (and starts it again): its assignment must be finished by another
+worker, with the same counts.
+
 JSON on stdout and in ``--out``.
 """
 
@@ -41,10 +47,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import random
 import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +62,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_daemon_load import start_daemon  # noqa: E402  (the sibling script)
+from bench_daemon_load import ENV, GLIDING, start_daemon  # noqa: E402  (the sibling script)
 
 from gliding.bench.stats import emit  # noqa: E402
 
@@ -139,6 +147,23 @@ def measure(root: Path, data: Path, i: int, job: str, steps: int) -> dict[str, A
             "marker_lines": sum(len(v) for v in lines.values())}
 
 
+def start_worker(root: Path, data: Path, env: dict[str, str],
+                 n: int) -> subprocess.Popen[bytes]:
+    """``gliding worker`` number ``n`` on the daemon's data directory, once it serves."""
+    log = root / f"worker{n}.log"
+    before = log.stat().st_size if log.exists() else 0  # the log of earlier lives stays
+    with log.open("ab") as out:
+        proc = subprocess.Popen([str(GLIDING), "worker", "--data-dir", str(data),
+                                 "--concurrency", "4"], cwd=root, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while b": serving " not in log.read_bytes()[before:]:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"worker {n} did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.05)
+    return proc
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20)
@@ -151,9 +176,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--deadline", type=float, default=900.0,
                         help="seconds the jobs may take after the last kill")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="run the agents on this many `gliding worker`s (MQTT)")
+    parser.add_argument("--kill", choices=("daemon", "worker"), default="daemon")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     opts = parser.parse_args()
+    if opts.kill == "worker" and opts.workers < 2:
+        parser.error("--kill worker needs --workers 2 or more (one must take the work over)")
     rng = random.Random(opts.seed)
     root = opts.workdir or Path(tempfile.mkdtemp(prefix="gliding-daemon-crash-"))
     if root.is_dir() and any(root.iterdir()):
@@ -163,9 +193,20 @@ def main() -> None:
     for i in range(opts.jobs):
         (root / f"r{i}.yaml").write_text(replies(i, opts.steps, opts.sleep), encoding="utf-8")
     extra = ("--max-jobs", str(opts.max_jobs))
+    env = dict(ENV)
+    stack = contextlib.ExitStack()
+    workers: list[subprocess.Popen[bytes]] = []
+    if opts.workers:
+        from gliding.testing.servers import mosquitto
+
+        broker = stack.enter_context(mosquitto())
+        env.update({"GLIDING_BUS__URL": broker.url, "GLIDING_DAEMON__AGENTS": "workers",
+                    "GLIDING_DAEMON__HEARTBEAT_S": "0.5", "GLIDING_DAEMON__LEASE_S": "2"})
+        data.mkdir(parents=True, exist_ok=True)
+        workers = [start_worker(root, data, env, n) for n in range(opts.workers)]
 
     started = time.monotonic()
-    proc, info, token = start_daemon(root, data, log, *extra)
+    proc, info, token = start_daemon(root, data, log, *extra, env=env)
     headers = {"Authorization": f"Bearer {token}"}
     jobs: dict[int, str] = {}
     with httpx.Client(base_url=info["url"], trust_env=False, headers=headers,
@@ -181,11 +222,19 @@ def main() -> None:
         uptime = rng.uniform(*UPTIME_S)
         time.sleep(uptime)
         running_at_kill.append(running_now(data))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
+        if opts.kill == "worker":
+            n = rng.randrange(len(workers))
+            workers[n].send_signal(signal.SIGKILL)
+            workers[n].wait(timeout=60)
+        else:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
         kills += 1
         kill_at.append(round(time.monotonic() - started, 3))
-        proc, info, token = start_daemon(root, data, log, *extra)
+        if opts.kill == "worker":
+            workers[n] = start_worker(root, data, env, n)
+        else:
+            proc, info, token = start_daemon(root, data, log, *extra, env=env)
     after_kills = time.monotonic()
     states: dict[str, dict[str, Any]] = {}
     with httpx.Client(base_url=info["url"], trust_env=False, headers=headers,
@@ -199,6 +248,10 @@ def main() -> None:
     wall = time.monotonic() - started
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(timeout=120)
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    stack.close()
 
     per_job = []
     for i, job in jobs.items():
@@ -217,7 +270,8 @@ def main() -> None:
         "runs": sum(int(j["runs"] or 0) for j in per_job),
         "steps": opts.steps, "wall_s": round(wall, 3), "daemon_exit_code": code,
         "kills_mid_job": sum(1 for n in running_at_kill if n > 0),
-        "kill_at_s": kill_at, "running_at_kill": running_at_kill, "seed": opts.seed,
+        "killed": opts.kill, "workers": opts.workers, "kill_at_s": kill_at,
+        "running_at_kill": running_at_kill, "seed": opts.seed,
         "per_job": per_job, "workdir": str(root),
     }
     emit(result, opts.out)

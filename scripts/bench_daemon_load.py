@@ -62,7 +62,8 @@ checks:
 ENDED = ("finished", "cancelled", "interrupted")
 
 
-def start_daemon(root: Path, data: Path, log: Path, *extra: str
+def start_daemon(root: Path, data: Path, log: Path, *extra: str,
+                 env: dict[str, str] | None = None
                  ) -> tuple[subprocess.Popen[bytes], dict[str, Any], str]:
     """``gliding daemon`` on ``data``; its process, daemon.json and token once it listens."""
     info_file = data / "daemon.json"
@@ -70,7 +71,7 @@ def start_daemon(root: Path, data: Path, log: Path, *extra: str
         info_file.unlink()  # a stale one a killed daemon left
     with log.open("ab") as out:
         proc = subprocess.Popen([str(GLIDING), "daemon", "--data-dir", str(data), "--port",
-                                 "0", *extra], cwd=root, env=ENV, stdout=out,
+                                 "0", *extra], cwd=root, env=env or ENV, stdout=out,
                                 stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
