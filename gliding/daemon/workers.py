@@ -299,6 +299,12 @@ async def serve_worker(settings: Settings, *, roles: Sequence[str], concurrency:
     if not 1 <= concurrency <= 1024:
         raise UsageError(f"--concurrency must be 1 to 1024, got {concurrency}")
     name = worker_id()
+    try:  # its own blackboard (without memory.blackboard.url) and begin marks live there
+        await anyio.to_thread.run_sync(partial(settings.data_dir.mkdir, parents=True,
+                                               exist_ok=True))
+    except OSError as exc:
+        raise UsageError(f"cannot create the data directory {settings.data_dir}: "
+                         f"{exc.strerror or exc}") from exc
     async with Runtime.open(settings) as rt, open_bus(settings, client_id=name) as bus:
         service = WorkerService(settings, bus, rt, roles=roles, concurrency=concurrency,
                                 remote=remote, name=name)
