@@ -98,6 +98,11 @@ class InProcessBus:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def reconnects(self) -> int:
+        """Never: nothing is between publisher and subscriber."""
+        return 0
+
     async def publish(self, topic: str, message: BusMessage) -> None:
         """See ``port.Bus.publish``; waits while a matching subscriber's buffer is full."""
         self._require_open(f"publish on {topic!r}")

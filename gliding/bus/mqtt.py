@@ -248,6 +248,7 @@ class MQTTBus:
         self._by_ident: dict[int, _Filter] = {}
         self._idents = itertools.count(1)
         self._tg: TaskGroup | None = None
+        self._reconnects = 0
 
     @classmethod
     def from_settings(cls, settings: BusSettings, *, client_id: str | None = None) -> MQTTBus:
@@ -270,6 +271,11 @@ class MQTTBus:
     @property
     def closed(self) -> bool:
         return self._state == "closed"
+
+    @property
+    def reconnects(self) -> int:
+        """How often the connection was lost and made again (``port.Bus.reconnects``)."""
+        return self._reconnects
 
     @property
     def connected(self) -> bool:
@@ -448,6 +454,7 @@ class MQTTBus:
                         link.drop()
                     if not link.lost.is_set():
                         self._set_link(link)
+                        self._reconnects += 1
                         log.info("bus.mqtt.reconnected", url=self._url, attempt=attempt,
                                  filters=len(self._filters))
                         return link

@@ -113,6 +113,13 @@ class Bus(Protocol):
         buffered deliveries. Closing twice is harmless. Raises nothing."""
         ...
 
+    @property
+    def reconnects(self) -> int:
+        """How often the bus lost its connection and got it back (always 0 in process).
+        Messages in flight at such a moment may be lost; a publisher that must be heard (the
+        runner's assignments) publishes them again when this grows."""
+        ...
+
 
 def check_topic(topic: str) -> str:
     """Return ``topic`` if messages may be published on it.

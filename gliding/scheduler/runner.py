@@ -23,7 +23,7 @@ import anyio
 import structlog
 
 from gliding.bus import topics
-from gliding.bus.messages import Assignment, CheckReportMsg, JobEvent
+from gliding.bus.messages import Assignment, BusMessage, CheckReportMsg, JobEvent
 from gliding.bus.port import Bus, Subscription
 from gliding.scheduler import supervisor
 from gliding.scheduler.supervisor import (
@@ -38,6 +38,8 @@ from gliding.scheduler.supervisor import (
 )
 
 log = structlog.get_logger("gliding.scheduler")
+
+RECONNECT_CHECK_S = 2.0  # how often a waiting runner looks whether the bus reconnected
 
 
 class Journal(Protocol):
@@ -73,6 +75,7 @@ class JobRunner:
     # called when the wall time runs out, and when a job ends with plan steps still at work
     stop_agents: Callable[[], None] | None = None
     state: SupervisorState | None = None  # the latest state, kept through a cancellation
+    _sent_on: int = 0  # the bus's reconnect count when the awaited assignments went out
 
     async def run(self, state: SupervisorState, commands: list[Command]) -> SupervisorState:
         """Carry out ``commands`` and every answer's consequences until the job finishes."""
@@ -118,7 +121,7 @@ class JobRunner:
                     todo.extend(new)
             if state.outcome is not None or answers is None:
                 return state
-            _topic, message = await answers.receive()
+            message = await self._next_answer(state, answers)
             if not isinstance(message, Input):
                 log.warning("supervisor.message.ignored", job=state.job,
                             reason=f"{type(message).__name__} is not an answer")
@@ -132,10 +135,29 @@ class JobRunner:
                     self.stop_agents is not None):
                 self.stop_agents()  # steps still at work (one failed): nothing more is wanted
 
+    async def _next_answer(self, state: SupervisorState,
+                           answers: Subscription) -> BusMessage:
+        """The next answer. Meanwhile, whenever the bus has reconnected since the assignments
+        awaited were published (a network bus may lose what was in flight), publish them
+        again: a duplicate is harmless (agents and the dispatcher drop one they hold; the
+        supervisor takes one answer per assignment)."""
+        while True:
+            with anyio.move_on_after(RECONNECT_CHECK_S):
+                _topic, message = await answers.receive()
+                return message
+            if self.bus.reconnects != self._sent_on:
+                self._sent_on = self.bus.reconnects
+                again = [c for c in supervisor.pending(state) if isinstance(c, Assignment)]
+                log.warning("job.assignments.republished", job=state.job, count=len(again),
+                            reason="the bus reconnected")
+                for command in again:
+                    await self.bus.publish(topics.agent(command.job, command.role), command)
+
     async def _carry_out(self, state: SupervisorState, command: Command
                          ) -> tuple[SupervisorState, list[Command]] | None:
         """Do one command; a Verify gives the state after its report and what follows."""
         if isinstance(command, Assignment):
+            self._sent_on = self.bus.reconnects
             await self.bus.publish(topics.agent(command.job, command.role), command)
         elif isinstance(command, Verify):
             report = (await self.verify(command)).model_copy(update={

@@ -271,3 +271,14 @@ async def test_publish_while_the_broker_is_down_fails_after_the_timeout(
                 await anyio.sleep(0.05)
                 await bus.aclose()
             assert len(failures) == 1 and "closed" in str(failures[0])
+
+
+async def test_reconnects_counts_the_connections_made_again(own_broker: Mosquitto) -> None:
+    async with MQTTBus(own_broker.url, reconnect_max_s=0.2) as bus:
+        assert bus.reconnects == 0
+        own_broker.stop()
+        own_broker.start()
+        with anyio.fail_after(10):
+            while bus.reconnects == 0:
+                await anyio.sleep(0.05)
+        assert bus.reconnects == 1 and bus.connected

@@ -120,6 +120,10 @@ class TapedBus:
     async def aclose(self) -> None:
         await self.bus.aclose()
 
+    @property
+    def reconnects(self) -> int:
+        return self.bus.reconnects
+
 
 async def crew(bus: Bus, reply: Reply, seen: list[Assignment], *,
                task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -330,3 +334,37 @@ def test_wall_time_running_out_keeps_what_the_job_already_did() -> None:
     assert final.written == {"hello.txt": "urn:da"}
     assert set(final.totals) == {"PA", "DA"}
     assert final.accepted == 3  # PA, DA and the runner's own check report
+
+
+class LossyBus(TapedBus):
+    """Loses the first DA assignment, as a broker restart may, and reports the reconnection."""
+
+    def __init__(self, tape: Tape) -> None:
+        super().__init__(tape)
+        self.lost = 0
+
+    async def publish(self, topic: str, message: BusMessage) -> None:
+        if isinstance(message, Assignment) and message.role == "DA" and not self.lost:
+            self.lost += 1  # gone with the old connection
+            return
+        await super().publish(topic, message)
+
+    @property
+    def reconnects(self) -> int:
+        return self.lost
+
+
+def test_assignments_are_published_again_after_the_bus_reconnected() -> None:
+    tape: Tape = []
+    seen = list[Assignment]()
+
+    async def main() -> SupervisorState:
+        bus = LossyBus(tape)
+        runner = JobRunner(bus, FakeChecks(), FakeJournal(tape))
+        state, commands = begin()
+        return await with_crew(bus, answer_all, seen, lambda: runner.run(state, commands),
+                               limit_s=30)
+
+    final = autojump(main)
+    assert final.outcome == "success"
+    assert [a.role for a in seen] == ["PA", "DA", "CA", "AA"]  # DA's, once it was sent again
