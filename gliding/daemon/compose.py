@@ -10,9 +10,10 @@ Before anything of a job is written its workspace is checked (``workspace_refusa
 it can be written) and locked (``WorkspaceLock``). Whatever stops a job from outside its agents
 comes out as one GlidingError with the stop recorded (``jobs.stop_error``, ``record_stop``).
 The files DA wrote are archived at the end without following a symlink and within
-MAX_ARTIFACT_BYTES / MAX_ARTIFACTS_BYTES; the others are named in the report. (Past 400 lines:
-setup, resume and the end of a job share these helpers; splitting them would scatter one
-job's lifecycle over modules.)
+MAX_ARTIFACT_BYTES / MAX_ARTIFACTS_BYTES; the others are named in the report. ``agent_parts``
+is what a job's agents work with, built the same way here and on a ``gliding worker``. (Past
+600 lines: setup, resume, the remote-agents side and the end of a job share these helpers;
+the artifact archiving at the bottom is the first candidate to move out.)
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from gliding.daemon.runtime import Runtime, open_bus
 from gliding.errors import ArchiveError, TaskFileError, UsageError
 from gliding.llm.port import LLM, backend_kind
 from gliding.memory.archive import Archive, archive_path
-from gliding.memory.archive_port import LocalArchive
+from gliding.memory.archive_port import ArchivePort, LocalArchive
 from gliding.memory.ingest import Ingestor
 from gliding.memory.ingest_service import IngestService
 from gliding.memory.journal import ArchiveJournal, last_entry
@@ -62,7 +63,7 @@ from gliding.scheduler import policy, supervisor
 from gliding.scheduler.report import JobReport, build_report
 from gliding.scheduler.runner import JobRunner, Verifier
 from gliding.scheduler.supervisor import Command, SupervisorState, Verify
-from gliding.tools.base import ToolContext
+from gliding.tools.base import ToolContext, ToolGroupManager
 from gliding.tools.checks import ChecksGroup
 from gliding.tools.groups import GROUP_NAMES, job_groups, known_group
 from gliding.tools.sandbox import Sandbox
@@ -302,17 +303,8 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
     job, task, settings, archive = state.job, j.task, j.settings, j.archive
     async with _runtime(j.runtime, settings) as rt, open_bus(settings) as bus:
         port = LocalArchive(archive, settings.data_dir)
-        budget = BudgetTracker(limits_of(task), started_at=j.clock.monotonic())
-        for call in await port.calls():  # what earlier runs of the job already paid
-            budget.record(call.role, Usage(call.prompt_tokens, call.completion_tokens,
-                                           call.cached_tokens, call.cost_usd))
-        checks = ChecksGroup(task.checks)
-        mcp = mcp_groups(task, settings)
-        roles = task_roles(j.roles, mcp, task)
-        tools = job_groups(checks=checks, reader=port, iri_base=f"gliding://job/{job}/",
-                           knowledge=rt.access(), web=settings.tools.web, mcp=mcp,
-                           asked=[g for r in roles.values()
-                                  for g in (*r.tool_groups, *r.tool_groups_on_demand)])
+        budget, checks, mcp, roles, tools = await agent_parts(job, task, settings, j.roles,
+                                                              port, rt, j.clock)
         ingest = None
         if rt.knowledge is not None and rt.projector is not None:
             ingestor = Ingestor(rt.knowledge.board, archive, job,
@@ -379,6 +371,31 @@ def mcp_groups(task: Task, settings: Settings) -> list[MCPGroup]:
 
     return mcp_groups(settings.mcp, task.mcp_servers, workspace=task.workspace,
                       env_allow=settings.tools.env_allow)
+
+
+async def agent_parts(job: str, task: Task, settings: Settings, base: dict[str, RoleSpec],
+                      port: ArchivePort, rt: Runtime, clock: Clock
+                      ) -> tuple[BudgetTracker, ChecksGroup, list[MCPGroup],
+                                 dict[str, RoleSpec], ToolGroupManager]:
+    """What a job's agents work with, wherever they run (this process or a worker): the budget
+    tracker charged with what earlier runs paid, the checks, the MCP groups, the roles with
+    their task and MCP groups, and the tool groups (not yet open).
+
+    Raises:
+        ArchiveError: the ledger cannot be read. TaskFileError: an unknown tool group.
+    """
+    budget = BudgetTracker(limits_of(task), started_at=clock.monotonic())
+    for call in await port.calls():  # what earlier runs of the job already paid
+        budget.record(call.role, Usage(call.prompt_tokens, call.completion_tokens,
+                                       call.cached_tokens, call.cost_usd))
+    checks = ChecksGroup(task.checks)
+    mcp = mcp_groups(task, settings)
+    roles = task_roles(base, mcp, task)
+    tools = job_groups(checks=checks, reader=port, iri_base=f"gliding://job/{job}/",
+                       knowledge=rt.access(), web=settings.tools.web, mcp=mcp,
+                       asked=[g for r in roles.values()
+                              for g in (*r.tool_groups, *r.tool_groups_on_demand)])
+    return budget, checks, mcp, roles, tools
 
 
 def task_roles(roles: dict[str, RoleSpec], mcp: list[MCPGroup],

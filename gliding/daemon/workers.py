@@ -45,9 +45,7 @@ from gliding.bus.messages import Assignment, Claim, GrantMsg, Heartbeat, WorkIte
 from gliding.bus.port import Bus
 from gliding.config.settings import Settings
 from gliding.config.task import task_from_record
-from gliding.core.budget import BudgetTracker
 from gliding.core.clock import SystemClock
-from gliding.core.messages import Usage
 from gliding.daemon import compose
 from gliding.daemon.runtime import Runtime, open_bus
 from gliding.errors import BusError, GlidingError, UsageError
@@ -55,8 +53,6 @@ from gliding.llm.port import LLM
 from gliding.memory.archive import Archive, archive_path
 from gliding.memory.archive_port import ArchivePort, LocalArchive
 from gliding.memory.bus_archive import BusArchive
-from gliding.tools.checks import ChecksGroup
-from gliding.tools.groups import job_groups
 
 log = structlog.get_logger("gliding.worker")
 
@@ -233,17 +229,9 @@ class WorkerService:
         clock = SystemClock()
         async with AsyncExitStack() as stack:
             port, job_dir = await self._archive(stack, item)
-            budget = BudgetTracker(compose.limits_of(task), started_at=clock.monotonic())
-            for call in await port.calls():
-                budget.record(call.role, Usage(call.prompt_tokens, call.completion_tokens,
-                                               call.cached_tokens, call.cost_usd))
-            checks = ChecksGroup(task.checks)
-            mcp = compose.mcp_groups(task, settings)
-            roles = compose.task_roles(load_roles(), mcp, task)
-            tools = job_groups(checks=checks, reader=port, iri_base=f"gliding://job/{job}/",
-                               knowledge=rt.access(), web=settings.tools.web, mcp=mcp,
-                               asked=[g for r in roles.values()
-                                      for g in (*r.tool_groups, *r.tool_groups_on_demand)])
+            base = await anyio.to_thread.run_sync(load_roles)
+            budget, checks, _mcp, roles, tools = await compose.agent_parts(
+                job, task, settings, base, port, rt, clock)
             sandbox = await compose.job_sandbox(job, task, settings, None)
             began = job_dir / "began"
             await anyio.to_thread.run_sync(partial(began.mkdir, parents=True, exist_ok=True))

@@ -124,6 +124,8 @@ def test_heartbeats_keep_a_slow_worker_s_work(tmp_path: Path) -> None:
                 await tg.start(worker.serve)
                 await bus.publish(topics.agent("j1", "DA"), assignment())
                 await answers.receive()
+                while not worker.finished:  # its publish returns after the delivery
+                    await anyio.sleep(0.01)
                 tg.cancel_scope.cancel()
         return worker, dispatcher
 
