@@ -76,6 +76,7 @@ SUBSCRIBER_BUFFER = 256  # events a subscriber may lag behind before it is disco
 MAX_NAME_CHARS = 200  # a submitted task file's name
 STOP_GRACE_S = 60.0  # how long stop waits for cancelled jobs to reach their safe point
 TERMINAL = ("job.finished", "job.cancelled", "job.stopped")
+QUEUE_RETRY_S = 1.0  # a queue read that failed (disk full, locked) is tried again after this
 """The events after which a job's stream ends (the job got its outcome, was cancelled, or
 stopped on an error)."""
 DROPPED = "stream.dropped"
@@ -381,7 +382,13 @@ class JobService:
             free = self.max_jobs - len(self._active)
             if free > 0:
                 busy = {a.entry.workspace for a in self._active.values()}
-                pending: list[QueuedJob] = await self._q(self.queue.pending)
+                try:
+                    pending: list[QueuedJob] = await self._q(self.queue.pending)
+                except GlidingError as exc:  # the queue cannot be read now: try again soon
+                    log.warning("daemon.queue.unreadable", error=exc.message)
+                    with anyio.move_on_after(QUEUE_RETRY_S):
+                        await self._wake_dispatch.wait()
+                    continue
                 for entry in pending:
                     if free <= 0 or self.stopping:
                         break

@@ -12,7 +12,7 @@ import pytest
 
 from gliding.daemon import service as service_module
 from gliding.daemon.queue import JobStateError
-from gliding.errors import NotFoundError, TaskFileError, UsageError
+from gliding.errors import ArchiveError, NotFoundError, TaskFileError, UsageError
 from gliding.memory.archive import Archive, archive_path
 from tests.daemon.daemon_support import (
     TASK,
@@ -231,3 +231,25 @@ def test_a_slow_subscriber_is_dropped_and_the_job_goes_on(
             assert [e["seq"] for e in got[:-1] + rest] == list(range(1, rest[-1]["seq"] + 1))
 
     anyio.run(main)
+
+
+def test_a_queue_that_cannot_be_read_for_a_moment_does_not_stop_the_daemon(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = write_replies(tmp_path, "r.yaml", replies())
+
+    async def main() -> dict[str, Any]:
+        async with serving(tmp_path) as service:
+            real = service.queue.pending
+            failures = [ArchiveError("database is locked")]
+
+            def flaky() -> Any:
+                if failures:
+                    raise failures.pop()
+                return real()
+
+            monkeypatch.setattr(service.queue, "pending", flaky)
+            job = await service.submit(TASK.format(workspace="ws"), model=model)
+            with anyio.fail_after(30):
+                return await wait_for(service, job.job, "finished")
+
+    assert anyio.run(main)["outcome"] == "success"
