@@ -194,7 +194,7 @@ class LocalArchive:
 
     async def warm(self, iris: Sequence[str]) -> int:
         """One thread call reads them all; the cache is filled back here, on the event loop."""
-        wanted = [key for key in dict.fromkeys(map(self._own_item, iris))
+        wanted = [key for key in dict.fromkeys(own_item(i, self.archive.job) for i in iris)
                   if key is not None and key not in self.read_cache]
         if not wanted:
             return 0
@@ -202,14 +202,6 @@ class LocalArchive:
         added = sum(self.read_cache.put(key, text, size) for key, text, size in loaded)
         self.cache_stats.warmed += added
         return added
-
-    def _own_item(self, iri: str) -> str | None:
-        """The canonical form of ``iri`` when it may name an item of this job, else None."""
-        try:
-            parsed = parse_iri(iri)
-        except IRIError:
-            return None
-        return str(parsed) if parsed.job == self.archive.job and parsed.kind else None
 
     def load_items(self, keys: list[str]) -> list[tuple[str, str, int]]:
         """The items archived under ``keys`` themselves: a missing key, and a node's IRI (only
@@ -225,6 +217,16 @@ class LocalArchive:
 
     async def calls(self) -> list[CallRecord]:
         return await anyio.to_thread.run_sync(self.archive.calls)
+
+
+def own_item(iri: str, job: str) -> str | None:
+    """The canonical form of ``iri`` when it may name an item of ``job``, else None (malformed,
+    another job's, or not an item)."""
+    try:
+        parsed = parse_iri(iri)
+    except IRIError:
+        return None
+    return str(parsed) if parsed.job == job and parsed.kind else None
 
 
 def _find_text(archive: Archive, iri: str) -> tuple[str, ArchivedItem]:

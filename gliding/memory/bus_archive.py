@@ -39,7 +39,13 @@ from gliding.bus.port import Bus
 from gliding.core.iri import parse_iri
 from gliding.errors import ArchiveError, GlidingError, IRIError, NotFoundError
 from gliding.memory.archive import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
-from gliding.memory.archive_port import READ_CACHE_BYTES, CacheStats, LocalArchive, ReadCache
+from gliding.memory.archive_port import (
+    READ_CACHE_BYTES,
+    CacheStats,
+    LocalArchive,
+    ReadCache,
+    own_item,
+)
 
 log = structlog.get_logger("gliding.memory")
 
@@ -164,7 +170,7 @@ class BusArchive:
         return text
 
     async def warm(self, iris: Sequence[str]) -> int:
-        wanted = [key for key in dict.fromkeys(_own(i, self._job) for i in iris)
+        wanted = [key for key in dict.fromkeys(own_item(i, self._job) for i in iris)
                   if key is not None and key not in self.read_cache]
         if not wanted:
             return 0
@@ -175,14 +181,6 @@ class BusArchive:
 
     async def calls(self) -> list[CallRecord]:
         return [CallRecord(**row) for row in await self._call("calls")]
-
-
-def _own(iri: str, job: str) -> str | None:
-    try:
-        parsed = parse_iri(iri)
-    except IRIError:
-        return None
-    return str(parsed) if parsed.job == job and parsed.kind else None
 
 
 class ArchiveServer:
@@ -249,14 +247,14 @@ class ArchiveServer:
         if r.op == "read_text":
             iri = str(a["iri"])
             text = await port.read_text(iri)
-            key = _own(iri, port.job)
+            key = own_item(iri, port.job)
             size = None
             if key is not None and key == str(parse_iri(iri)):
                 item = await port.find(key)
                 size = item.size if item is not None and item.iri == key else None
             return {"text": text, "cache_size": size}
         if r.op == "warm":
-            keys = [k for k in (_own(str(i), port.job) for i in a.get("iris") or []) if k]
+            keys = [k for k in (own_item(str(i), port.job) for i in a.get("iris") or []) if k]
             return await anyio.to_thread.run_sync(port.load_items, keys)
         if r.op == "calls":
             return [dataclasses.asdict(c) for c in await port.calls()]
