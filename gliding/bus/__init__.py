@@ -3,6 +3,7 @@
     messages.py   the message types (pydantic, frozen) and their JSON wire form
     port.py       the Bus and Subscription protocols and topic matching (``+``, ``#``, ``$share``)
     inproc.py     InProcessBus on bounded anyio memory streams, the default backend
+    replies.py    Replies: awaited answers by key (the bus archive's replies, a worker's grants)
     mqtt.py       MQTTBus over an MQTT 5 broker (mosquitto) through aiomqtt, for bus.url
 
 Backends are picked by the composition root only; everything else speaks to ``port.Bus``. The

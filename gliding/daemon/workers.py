@@ -43,6 +43,7 @@ from gliding.agents.worker import AgentWorker, JobAgents, failed_answer
 from gliding.bus import topics
 from gliding.bus.messages import Assignment, Claim, GrantMsg, Heartbeat, WorkItem
 from gliding.bus.port import Bus
+from gliding.bus.replies import Replies
 from gliding.config.settings import Settings
 from gliding.config.task import task_from_record
 from gliding.core.clock import SystemClock
@@ -86,7 +87,7 @@ class WorkerService:
         self.name = name or worker_id()
         self.held: dict[str, int] = {}  # key -> epoch granted
         self.finished = 0  # assignments answered
-        self._grants: dict[tuple[str, int], tuple[anyio.Event, list[GrantMsg]]] = {}
+        self._grants = Replies[tuple[str, int], GrantMsg]()  # claims awaiting their answer
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._freed = anyio.Event()  # set (and replaced) whenever a slot frees
         self._llms: dict[str, LLM] = {}
@@ -111,12 +112,9 @@ class WorkerService:
                 _topic, grant = await inbox.receive()
                 if not isinstance(grant, GrantMsg):
                     continue
-                waiting = self._grants.get((grant.key, grant.epoch))
-                if waiting is not None:
-                    event, slot = waiting
-                    slot.append(grant)
-                    event.set()
-                elif not grant.granted and self.held.get(grant.key) == grant.epoch:
+                if self._grants.deliver((grant.key, grant.epoch), grant):
+                    continue
+                if not grant.granted and self.held.get(grant.key) == grant.epoch:
                     log.warning("worker.revoked", worker=self.name, key=grant.key,
                                 reason=grant.reason)
                     scope = self._scopes.get(grant.key)
@@ -148,23 +146,23 @@ class WorkerService:
                             worker=self.name, declined=True))
                         continue
                     self._busy += 1
-                    self._grants[(item.key, item.epoch)] = (anyio.Event(), [])
+                    self._grants.expect((item.key, item.epoch))
                     tg.start_soon(self._claim_and_run, item)
 
     async def _claim_and_run(self, item: WorkItem) -> None:
         job = item.assignment.job
         try:
-            event, slot = self._grants[(item.key, item.epoch)]
+            grant = None
             try:
                 if await self._publish(topics.claims(job), Claim(
                         job=job, key=item.key, epoch=item.epoch, worker=self.name)):
-                    with anyio.move_on_after(self.settings.daemon.lease_s):
-                        await event.wait()
+                    grant = await self._grants.wait((item.key, item.epoch),
+                                                    self.settings.daemon.lease_s)
             finally:
-                self._grants.pop((item.key, item.epoch), None)
-            if not slot or not slot[0].granted:
+                self._grants.forget((item.key, item.epoch))
+            if grant is None or not grant.granted:
                 log.info("worker.claim.refused", worker=self.name, key=item.key,
-                         reason=slot[0].reason if slot else "no answer")
+                         reason=grant.reason if grant else "no answer")
                 return
             self.held[item.key] = item.epoch
             answer = None

@@ -36,6 +36,7 @@ import structlog
 from gliding.bus import topics
 from gliding.bus.messages import ArchiveOp, ArchiveReply, ArchiveRequest
 from gliding.bus.port import Bus
+from gliding.bus.replies import Replies
 from gliding.core.iri import parse_iri
 from gliding.errors import ArchiveError, GlidingError, IRIError, NotFoundError
 from gliding.memory.archive import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
@@ -87,7 +88,7 @@ class BusArchive:
         self.cache_stats = CacheStats()
         self._ids = itertools.count()
         self._prefix = secrets.token_hex(4)
-        self._waiting: dict[str, tuple[anyio.Event, list[ArchiveReply]]] = {}
+        self._replies = Replies[str, ArchiveReply]()
         self._tg: Any = None
 
     @property
@@ -110,32 +111,28 @@ class BusArchive:
             task_status.started()
             while True:
                 _topic, reply = await replies.receive()
-                if isinstance(reply, ArchiveReply) and reply.id in self._waiting:
-                    event, slot = self._waiting[reply.id]
-                    slot.append(reply)
-                    event.set()
+                if isinstance(reply, ArchiveReply):
+                    self._replies.deliver(reply.id, reply)
 
     async def _call(self, op: ArchiveOp, **args: Any) -> Any:
         rid = f"{self.worker}-{self._prefix}-{next(self._ids)}"
         request = ArchiveRequest(id=rid, job=self._job, worker=self.worker, op=op, args=args)
-        event, slot = anyio.Event(), list[ArchiveReply]()
-        self._waiting[rid] = (event, slot)
+        self._replies.expect(rid)
+        reply = None
         try:
             for attempt in range(1, self.tries + 1):
                 await self.bus.publish(topics.archive_requests(self._job), request)
-                with anyio.move_on_after(self.timeout_s):
-                    await event.wait()
-                if slot:
+                reply = await self._replies.wait(rid, self.timeout_s)
+                if reply is not None:
                     break
                 log.warning("archive.request.retry", job=self._job, op=op, attempt=attempt)
         finally:
-            del self._waiting[rid]
-        if not slot:
+            self._replies.forget(rid)
+        if reply is None:
             raise ArchiveError(
                 f"the process of job {self._job} did not answer an archive {op} "
                 f"within {self.tries} x {self.timeout_s:g}s",
                 hint="is the job still running (gliding status) and the broker reachable?")
-        reply = slot[0]
         if not reply.ok:
             raise _ERRORS.get(reply.code, ArchiveError)(reply.error)
         return reply.result
