@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from gliding.daemon.jobs import DaemonLock
-from gliding.daemon.queue import read_info, read_token
+from gliding.daemon.queue import TERMINAL, read_info, read_token
 from gliding.errors import (
     GlidingError,
     IRIError,
@@ -31,7 +31,6 @@ from gliding.errors import (
 )
 
 TIMEOUT_S = 30.0  # one request (a submission validates its model: a hosted one imports litellm)
-TERMINAL = ("job.finished", "job.cancelled", "job.stopped")
 _ERRORS: dict[str, type[GlidingError]] = {
     "task.invalid": TaskFileError, "iri.invalid": IRIError, "not_found": NotFoundError,
 }

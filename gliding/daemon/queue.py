@@ -46,6 +46,9 @@ FINISHED, INTERRUPTED = "finished", "interrupted"
 STATES = (QUEUED, RUNNING, CANCELLING, CANCELLED, FINISHED, INTERRUPTED)
 ENDED = (CANCELLED, FINISHED, INTERRUPTED)
 """States no daemon leaves on its own (only a resume request queues the job again)."""
+TERMINAL = ("job.finished", "job.cancelled", "job.stopped")
+"""The events after which a job's stream ends (the job got its outcome, was cancelled, or
+stopped on an error); the daemon's streams and its clients both stop on them."""
 
 TRANSITIONS: dict[str, tuple[str, ...]] = {
     QUEUED: (RUNNING, CANCELLED),

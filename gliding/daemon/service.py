@@ -62,7 +62,7 @@ from gliding.daemon import queue as q
 from gliding.daemon.compose import JobHandle, build_llm, resume_job, run_job
 from gliding.daemon.jobs import FINISHED as OUTCOMES
 from gliding.daemon.jobs import job_info, record_stop
-from gliding.daemon.queue import JobQueue, JobStateError, QueuedJob
+from gliding.daemon.queue import TERMINAL, JobQueue, JobStateError, QueuedJob
 from gliding.daemon.runtime import Runtime
 from gliding.errors import GlidingError, IRIError, NotFoundError, TaskFileError, UsageError
 from gliding.memory.archive import Archive, archive_path, open_for_iri
@@ -75,10 +75,7 @@ MAX_LOG_BYTES = 8 << 20  # one job's events file; past it only TERMINAL events a
 SUBSCRIBER_BUFFER = 256  # events a subscriber may lag behind before it is disconnected
 MAX_NAME_CHARS = 200  # a submitted task file's name
 STOP_GRACE_S = 60.0  # how long stop waits for cancelled jobs to reach their safe point
-TERMINAL = ("job.finished", "job.cancelled", "job.stopped")
 QUEUE_RETRY_S = 1.0  # a queue read that failed (disk full, locked) is tried again after this
-"""The events after which a job's stream ends (the job got its outcome, was cancelled, or
-stopped on an error)."""
 DROPPED = "stream.dropped"
 """The marker that ends a subscriber's stream when it fell SUBSCRIBER_BUFFER events behind."""
 
