@@ -19,6 +19,8 @@ topic it travels on, so a message decodes to the same class wherever it is recei
     heartbeat       Heartbeat        worker -> dispatchers: alive, holding these keys
     archive_request ArchiveRequest   worker -> the job's process: an L0 operation (bytes base64)
     archive_reply   ArchiveReply     the job's process -> worker: its result or error
+    coherence       CoherenceMsg     cache <-> directory: one MESI protocol message
+                                     (``memory/coherence/protocol.py`` names its kinds)
 
 The four answers (plan, artifact, check_report, decision) share the fields of ``Answer``: the
 ``job``, ``role``, ``cycle``, ``attempt`` and ``step`` of the Assignment they answer (the
@@ -309,9 +311,37 @@ class ArchiveReply(_Message):
     error: str = ""
 
 
+CoherenceKind = Literal[
+    "read_miss", "write_request", "inv_ack", "downgrade_ack", "write_back", "depart",
+    "fill", "write_ack", "invalidate", "downgrade",
+]
+
+
+class CoherenceMsg(_Message):
+    """One message of the MESI protocol between an agent's cache and the directory.
+
+    ``kind`` names the protocol message; the other fields are those it has (``sender``: the
+    agent, for messages to the directory; ``grant``: S or E, for a fill). Unused fields keep
+    their defaults.
+    """
+
+    type: Literal["coherence"] = "coherence"
+    kind: CoherenceKind
+    iri: str = Field(min_length=1, max_length=4096)
+    sender: str = ""
+    rid: NonNegativeInt = 0
+    seq: NonNegativeInt = 0
+    version: NonNegativeInt = 0
+    value: str | None = None
+    grant: Literal["S", "E"] | None = None
+    kept: bool = False
+    shared: bool = False
+
+
 BusMessage = Annotated[
     Assignment | PlanMsg | ArtifactMsg | CheckReportMsg | DecisionMsg | AgentDone | ArchivedMsg
-    | JobEvent | WorkItem | Claim | GrantMsg | Heartbeat | ArchiveRequest | ArchiveReply,
+    | JobEvent | WorkItem | Claim | GrantMsg | Heartbeat | ArchiveRequest | ArchiveReply
+    | CoherenceMsg,
     Field(discriminator="type"),
 ]
 """Any message the bus carries, discriminated by ``type``."""
@@ -334,6 +364,7 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Heartbeat,
     ArchiveRequest,
     ArchiveReply,
+    CoherenceMsg,
 )
 
 _ADAPTER: TypeAdapter[BusMessage] = TypeAdapter(BusMessage)

@@ -16,6 +16,11 @@ Jobs whose agents run on ``gliding worker`` processes (``daemon/dispatch.py``) a
     archive/<job>/request      worker -> the job's process: an ArchiveRequest
     worker/<worker>/archive    the job's process -> worker: the ArchiveReply
 
+The blackboard's coherence engine (``memory/coherence/service.py``), per space (a job):
+
+    coherence/<space>/directory      caches -> the directory: CoherenceMsg requests and answers
+    coherence/<space>/cache/<agent>  the directory -> one agent's cache: fills, acks, invalidations
+
 They lie outside ``job/<job>/`` so that ingestion, which listens to all of a job's topics,
 never sees the archive traffic.
 """
@@ -76,3 +81,11 @@ def archive_requests(job: str) -> str:
 
 def archive_replies(worker: str) -> str:
     return f"worker/{worker}/archive"
+
+
+def coherence_directory(space: str) -> str:
+    return f"coherence/{space}/directory"
+
+
+def coherence_cache(space: str, agent: str) -> str:
+    return f"coherence/{space}/cache/{agent}"

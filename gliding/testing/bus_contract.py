@@ -37,6 +37,7 @@ from gliding.bus.messages import (
     CheckOutcome,
     CheckReportMsg,
     Claim,
+    CoherenceMsg,
     DecisionMsg,
     GrantMsg,
     Heartbeat,
@@ -112,6 +113,9 @@ EXAMPLE_MESSAGES: tuple[Any, ...] = (
     ArchiveRequest(id="r1", job="j1", worker="w1", op="find", args={"iri": "gliding://job/j1"}),
     ArchiveReply(id="r1", ok=True, result={"items": [1, "two", None]}),
     ArchiveReply(id="r2", ok=False, code="not_found", error="no such IRI"),
+    CoherenceMsg(kind="write_request", iri="gliding://job/j1/node/n", sender="a.1", rid=3,
+                 value='{"text": "ünïcode"}'),
+    CoherenceMsg(kind="fill", iri="gliding://job/j1/node/n", version=7, value=None, grant="E"),
 )
 
 

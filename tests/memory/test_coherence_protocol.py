@@ -25,9 +25,11 @@ from hypothesis.stateful import (
 
 from gliding.memory.coherence.protocol import (
     DEFAULT_LEASE_S,
+    Abandon,
     CacheEffect,
     CacheEvent,
     CacheLine,
+    Depart,
     DirEffect,
     DirEntry,
     DirEvent,
@@ -87,15 +89,15 @@ def test_read_hit_returns_the_line(state: LineState) -> None:
 
 def test_read_miss_asks_the_directory_and_waits() -> None:
     new, effects = cstep(line(I, 0, None), LocalRead(IRI), now=7.0)
-    assert (new.waiting, new.requested_at) == ("read", 7.0)
-    assert effects == (Send(ReadMiss(IRI, "a")),)
+    assert (new.waiting, new.requested_at, new.rid) == ("read", 7.0, 1)
+    assert effects == (Send(ReadMiss(IRI, "a", rid=1)),)
 
 
 @pytest.mark.parametrize("state", [M, E, S, I])
 def test_every_write_goes_through_the_directory(state: LineState) -> None:
     new, effects = cstep(line(state), LocalWrite(IRI, "new"))
-    assert (new.state, new.waiting, new.pending_value) == (state, "write", "new")
-    assert effects == (Send(WriteRequest(IRI, "a", "new")),)
+    assert (new.state, new.waiting, new.pending_value, new.rid) == (state, "write", "new", 1)
+    assert effects == (Send(WriteRequest(IRI, "a", "new", rid=1)),)
 
 
 @pytest.mark.parametrize("event", [LocalRead(IRI), LocalWrite(IRI, "x"), Evict(IRI)])
@@ -139,25 +141,26 @@ def test_downgrade_of_an_invalid_line_says_not_kept() -> None:
 
 @pytest.mark.parametrize("grant", [S, E])
 def test_fill_completes_a_read_miss(grant: LineState) -> None:
-    new, effects = cstep(line(I, waiting="read"), Fill(IRI, 5, "v5", grant))
+    new, effects = cstep(line(I, waiting="read", rid=2), Fill(IRI, 5, "v5", grant, rid=2))
     assert (new.state, new.version, new.value, new.waiting) == (grant, 5, "v5", None)
     assert effects == (ReadDone(IRI, 5, "v5"),)
 
 
 def test_write_ack_makes_the_line_modified() -> None:
-    waiting = line(S, waiting="write", pending_value="mine", requested_at=2.0)
-    new, effects = cstep(waiting, WriteAck(IRI, 4), now=3.0)
-    assert new == CacheLine(IRI, M, 4, "mine", valid_until=7.0)
+    waiting = line(S, waiting="write", pending_value="mine", requested_at=2.0, rid=3)
+    new, effects = cstep(waiting, WriteAck(IRI, 4, rid=3), now=3.0)
+    assert new == CacheLine(IRI, M, 4, "mine", valid_until=7.0, rid=3)
     assert effects == (WriteDone(IRI, 4),)
 
 
 def test_a_fill_is_trusted_for_one_lease_from_the_request() -> None:
     asked, _ = cstep(line(I, 0, None), LocalRead(IRI), now=10.0)
-    filled, _ = cstep(asked, Fill(IRI, 1, "v1", S), now=12.0)
+    filled, _ = cstep(asked, Fill(IRI, 1, "v1", S, rid=1), now=12.0)
     assert filled.valid_until == 15.0
     assert cstep(filled, LocalRead(IRI), now=14.9)[1] == (ReadDone(IRI, 1, "v1"),)
     expired, effects = cstep(filled, LocalRead(IRI), now=15.0)
-    assert (expired.state, expired.waiting, effects) == (I, "read", (Send(ReadMiss(IRI, "a")),))
+    assert (expired.state, expired.waiting) == (I, "read")
+    assert effects == (Send(ReadMiss(IRI, "a", rid=2)),)
 
 
 def test_an_expired_owner_answers_a_downgrade_as_invalid() -> None:
@@ -169,6 +172,32 @@ def test_an_expired_owner_answers_a_downgrade_as_invalid() -> None:
 @pytest.mark.parametrize("event", [Fill(IRI, 9, "v9", S), WriteAck(IRI, 9)])
 def test_unexpected_fill_or_ack_is_ignored(event: CacheEvent) -> None:
     assert cstep(line(S), event) == (line(S), ())
+
+
+def test_a_prefetch_asks_for_a_shared_line() -> None:
+    _, effects = cstep(line(I, 0, None), LocalRead(IRI, shared=True))
+    assert effects == (Send(ReadMiss(IRI, "a", rid=1, shared=True)),)
+
+
+@pytest.mark.parametrize(("waiting", "answer"), [("read", Fill(IRI, 9, "old", S, rid=1)),
+                                                  ("write", WriteAck(IRI, 9, rid=1))])
+def test_an_abandoned_request_never_takes_its_late_answer(
+    waiting: str, answer: CacheEvent
+) -> None:
+    asked, _ = cstep(line(S), LocalRead(IRI) if waiting == "read" else LocalWrite(IRI, "w"))
+    if waiting == "read":
+        asked, _ = cstep(line(I, 0, None), LocalRead(IRI))
+    given_up, effects = cstep(asked, Abandon(IRI))
+    assert (given_up.state, given_up.waiting, effects) == (I, None, ())
+    again, effects = cstep(given_up, LocalRead(IRI))
+    assert effects == (Send(ReadMiss(IRI, "a", rid=2)),)
+    assert cstep(again, answer) == (again, ()), "the answer to request 1 is not request 2's"
+    done, effects = cstep(again, Fill(IRI, 10, "new", S, rid=2))
+    assert (done.value, effects) == ("new", (ReadDone(IRI, 10, "new"),))
+
+
+def test_abandon_without_an_operation_in_flight_changes_nothing() -> None:
+    assert cstep(line(S), Abandon(IRI)) == (line(S), ())
 
 
 # --- directory side -----------------------------------------------------------------------------
@@ -184,6 +213,34 @@ def test_read_miss_with_no_holder_grants_exclusive() -> None:
     entry, effects = step(DirEntry(IRI, version=2, value="v2"), ReadMiss(IRI, "a"))
     assert (entry.owner, entry.sharers, entry.pending) == ("a", frozenset(), None)
     assert effects == (SendTo("a", Fill(IRI, 2, "v2", E)),)
+
+
+def test_a_shared_read_miss_is_granted_s_even_alone() -> None:
+    entry, effects = step(DirEntry(IRI), ReadMiss(IRI, "a", rid=4, shared=True))
+    assert (entry.owner, entry.sharers) == (None, frozenset({"a"}))
+    assert effects == (SendTo("a", Fill(IRI, 0, None, S, rid=4)),)
+
+
+def test_answers_echo_the_request_number() -> None:
+    entry, _ = step(DirEntry(IRI, owner="b"), ReadMiss(IRI, "a", rid=7))
+    _, effects = step(entry, DowngradeAck(IRI, "b", 1, kept=False))
+    assert effects == (SendTo("a", Fill(IRI, 0, None, E, rid=7)),)
+    entry, _ = step(DirEntry(IRI), WriteRequest(IRI, "a", "x", rid=8))
+    _, effects = step(entry, StoreWritten(IRI, 1))
+    assert effects == (SendTo("a", WriteAck(IRI, 1, rid=8)),)
+
+
+def test_depart_drops_a_dead_agent_at_once() -> None:
+    start = DirEntry(IRI, sharers=frozenset({"b", "c"}), queue=())
+    entry, _ = step(start, WriteRequest(IRI, "a", "x"))
+    entry, _ = step(entry, StoreWritten(IRI, 1))
+    entry, _ = step(entry, ReadMiss(IRI, "b"))  # queued behind the write
+    entry, effects = step(entry, Depart(IRI, "b"))
+    assert effects == () and entry.queue == (), "b's queued read went with it"
+    entry, effects = step(entry, InvAck(IRI, "c", 1))
+    assert effects == (SendTo("a", WriteAck(IRI, 1)),)
+    entry, effects = step(DirEntry(IRI, owner="d"), Depart(IRI, "d"))
+    assert (entry.owner, effects) == (None, ())
 
 
 def test_read_miss_with_sharers_grants_shared() -> None:
@@ -293,6 +350,7 @@ def test_write_back_clears_the_owner_at_once() -> None:
 # --- the whole system, simulated ----------------------------------------------------------------
 
 DIR = "dir"
+SUP = "supervisor"  # announces deaths it saw (Depart), like a parent that reaped a child
 IRIS = ("gliding://n/x", "gliding://n/y")
 Directory = Callable[[DirEntry, DirEvent, float], tuple[DirEntry, tuple[DirEffect, ...]]]
 
@@ -366,6 +424,7 @@ class CoherenceSystem(RuleBasedStateMachine):
         for a in self.agents:
             self.links[(a, DIR)] = deque()
             self.links[(DIR, a)] = deque()
+        self.links[(SUP, DIR)] = deque()
 
     # plumbing
 
@@ -458,10 +517,20 @@ class CoherenceSystem(RuleBasedStateMachine):
         self.store[write.iri] = write.version
         self._directory(StoreWritten(write.iri, write.version))
 
+    @rule(i=st.integers(0, 3), iri_i=st.integers(0, 1))
+    def abandon(self, i: int, iri_i: int) -> None:
+        """The shell's timeout fires (at any moment: the model does not know its length)."""
+        target = self._client(i, iri_i)
+        if target is not None:
+            self._cache(target[0], Abandon(target[1]))
+
     @precondition(lambda self: len(self.alive) > 1)
-    @rule(i=st.integers(0, 3))
-    def kill(self, i: int) -> None:
-        self.alive.discard(sorted(self.alive)[i % len(self.alive)])
+    @rule(i=st.integers(0, 3), announce=st.booleans())
+    def kill(self, i: int, announce: bool) -> None:
+        dead = sorted(self.alive)[i % len(self.alive)]
+        self.alive.discard(dead)
+        if announce:
+            self.links[(SUP, DIR)].extend(Depart(iri, dead) for iri in IRIS)
 
     @rule(dt=st.sampled_from([0.5, 2.0, DEFAULT_LEASE_S + 0.1]))
     def tick(self, dt: float) -> None:

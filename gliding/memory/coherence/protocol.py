@@ -27,32 +27,43 @@ to agree within a margin the caller subtracts from the cache's lease).
 Other assumptions the shell must keep: links are FIFO per (sender, receiver) pair and reliable.
 Invalidate and Downgrade carry the entry's transaction number ``seq`` and the answers echo it, so
 a late answer to an older transaction is never counted for a newer one. A cache line has at most
-one local operation in flight; another one meanwhile comes back as ``Retry``.
+one local operation in flight; another one meanwhile comes back as ``Retry``. Each request of a
+line carries the line's next request number ``rid`` and Fill / WriteAck echo it, so a shell that
+gave up waiting (``Abandon``: the directory restarted, a message was lost) never takes a late
+answer for the request that followed. An abandoned write's outcome is unknown to the agent (it
+may yet become durable); an abandoned line is I.
+
+Agents are addressed per process incarnation (a restarted process is a new agent with empty
+lines), so nothing meant for a dead process reaches its successor. ``Depart(agent)`` drops an
+agent known to be dead at once, instead of at its lease's end.
 
 Cache line (``waiting`` = the local operation in flight, if any; a line whose lease ran out is
 first treated as I)::
 
     state    event                  -> state  effects
     M/E/S    LocalRead              -> same   ReadDone(version, value)
-    I        LocalRead              -> I      Send(ReadMiss); waiting=read, requested_at=now
-    any      LocalWrite(v)          -> same   Send(WriteRequest(v)); waiting=write, requested_at
+    I        LocalRead(shared)      -> I      Send(ReadMiss(rid+1, shared)); waiting=read,
+                                              requested_at=now
+    any      LocalWrite(v)          -> same   Send(WriteRequest(v, rid+1)); waiting=write,
+                                              requested_at=now
+    any      Abandon while waiting  -> I      - (waiting cleared; a later answer is ignored)
     any      LocalRead/Write/Evict while waiting -> same  Retry
     M/E      Evict                  -> I      Send(WriteBack(version, value))   (a notice only)
     S/I      Evict                  -> I      -
     any      Invalidate(seq)        -> I      Send(InvAck(seq))                 (waiting kept)
     M/E/S    Downgrade(seq)         -> S      Send(DowngradeAck(seq, kept=True))
     I        Downgrade(seq)         -> I      Send(DowngradeAck(seq, kept=False))
-    any      Fill(ver, val, g) when waiting=read   -> g (S/E)  ReadDone(ver, val); valid_until=
-                                                               requested_at + lease
-    any      WriteAck(ver) when waiting=write      -> M        WriteDone(ver); valid_until as above
-    any      Fill / WriteAck otherwise              -> same     - (stale, ignored)
+    any      Fill(ver, val, g, rid) when waiting=read  -> g (S/E)  ReadDone(ver, val);
+                                                                   valid_until=requested_at+lease
+    any      WriteAck(ver, rid) when waiting=write     -> M        WriteDone(ver); valid_until
+    any      Fill / WriteAck otherwise (or another rid) -> same    - (stale, ignored)
 
 Directory entry (``pending`` = the one transaction in flight; ``queue`` = requests behind it)::
 
     pending  event                    -> effects / next
     busy     ReadMiss / WriteRequest  -> appended to queue (FIFO)
-    none     ReadMiss(x), no owner    -> Fill(x, E) if no other sharer (owner=x) else Fill(x, S)
-                                         (x joins sharers)
+    none     ReadMiss(x), no owner    -> Fill(x, E) if no other sharer and not ``shared`` (owner=x)
+                                         else Fill(x, S) (x joins sharers); the rid is echoed
     none     ReadMiss(x), owner y!=x  -> Downgrade(y, seq); pending=Read(x, {y}), deadline=now+lease
     Read     DowngradeAck(y, seq)     -> y kept: y becomes a sharer; owner cleared; then as ReadMiss
     none     WriteRequest(x, v)       -> StoreWrite(version+1, v); Invalidate(seq) to every other
@@ -64,10 +75,13 @@ Directory entry (``pending`` = the one transaction in flight; ``queue`` = reques
     busy     Tick(now >= deadline)    -> every holder still waiting is dropped (Dropped(y)); a
                                          Write still waits for the store (durability has no lease)
     any      WriteBack(y)             -> y stops being owner (applied at once, never queued)
+    any      Depart(y)                -> y leaves owner, sharers and the waiting set; y's queued
+                                         requests are dropped
     any      answer with a stale seq, StoreWritten of another version -> ignored
 
 Not here: store failures (a write whose store never confirms stays pending and unacknowledged),
-rebuilding entries after a directory restart (from the store), and the async service.
+rebuilding entries after a directory restart (from the store, ``service.py``), and the async
+service.
 """
 
 from __future__ import annotations
@@ -78,12 +92,14 @@ from typing import Literal
 
 __all__ = [
     "DEFAULT_LEASE_S",
+    "Abandon",
     "CacheEffect",
     "CacheEvent",
     "CacheLine",
     "DirEffect",
     "DirEntry",
     "DirEvent",
+    "Depart",
     "Downgrade",
     "DowngradeAck",
     "Dropped",
@@ -132,19 +148,24 @@ class LineState(Enum):
 
 @dataclass(frozen=True)
 class ReadMiss:
-    """``sender`` has no valid copy of ``iri`` and wants one."""
+    """``sender`` has no valid copy of ``iri`` and wants one (request ``rid`` of its line);
+    ``shared``: grant S even when nobody else holds it (a prefetch, not a use)."""
 
     iri: str
     sender: str
+    rid: int = 0
+    shared: bool = False
 
 
 @dataclass(frozen=True)
 class WriteRequest:
-    """``sender`` wants ``value`` to become the next version of ``iri`` (upgrade or write miss)."""
+    """``sender`` wants ``value`` to become the next version of ``iri`` (upgrade or write miss),
+    as request ``rid`` of its line."""
 
     iri: str
     sender: str
     value: Value
+    rid: int = 0
 
 
 @dataclass(frozen=True)
@@ -181,20 +202,24 @@ class WriteBack:
 
 @dataclass(frozen=True)
 class Fill:
-    """The data of ``iri`` at ``version``, granted in state ``grant`` (S or E)."""
+    """The data of ``iri`` at ``version``, granted in state ``grant`` (S or E), answering the
+    read miss ``rid``."""
 
     iri: str
     version: int
     value: Value
     grant: LineState
+    rid: int = 0
 
 
 @dataclass(frozen=True)
 class WriteAck:
-    """The cache's write is durable as ``version`` and every other copy is gone: it now holds M."""
+    """The cache's write ``rid`` is durable as ``version`` and every other copy is gone: it now
+    holds M."""
 
     iri: str
     version: int
+    rid: int = 0
 
 
 @dataclass(frozen=True)
@@ -218,9 +243,10 @@ class Downgrade:
 
 @dataclass(frozen=True)
 class LocalRead:
-    """The agent reads ``iri``."""
+    """The agent reads ``iri``; ``shared``: a prefetch that asks for S, never E."""
 
     iri: str
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -239,6 +265,25 @@ class Evict:
 
 
 @dataclass(frozen=True)
+class Abandon:
+    """The shell gave up waiting for the answer to the line's operation in flight (timeout)."""
+
+    iri: str
+
+
+@dataclass(frozen=True)
+class Depart:
+    """``agent`` is known to be dead (its process exited): drop it without waiting for a lease.
+
+    Only for an agent that can no longer serve a line; a silent one that may be alive is left to
+    the lease.
+    """
+
+    iri: str
+    agent: str
+
+
+@dataclass(frozen=True)
 class StoreWritten:
     """The store confirmed that ``version`` of ``iri`` is durable."""
 
@@ -253,8 +298,10 @@ class Tick:
     iri: str
 
 
-CacheEvent = LocalRead | LocalWrite | Evict | Fill | WriteAck | Invalidate | Downgrade
-DirEvent = ReadMiss | WriteRequest | InvAck | DowngradeAck | WriteBack | StoreWritten | Tick
+CacheEvent = LocalRead | LocalWrite | Evict | Abandon | Fill | WriteAck | Invalidate | Downgrade
+DirEvent = (
+    ReadMiss | WriteRequest | InvAck | DowngradeAck | WriteBack | StoreWritten | Tick | Depart
+)
 ToDirectory = ReadMiss | WriteRequest | InvAck | DowngradeAck | WriteBack
 ToCache = Fill | WriteAck | Invalidate | Downgrade
 
@@ -329,7 +376,8 @@ DirEffect = SendTo | StoreWrite | Dropped
 class CacheLine:
     """One agent's copy of one node.
 
-    ``waiting``: the local operation in flight, if any, sent at ``requested_at``. A valid line
+    ``waiting``: the local operation in flight, if any, sent at ``requested_at`` as request
+    ``rid`` (numbered per line; answers to any other request are ignored). A valid line
     (not I) is only trusted before ``valid_until`` (its cache-side lease; see the module docstring);
     ``state_at(now)`` is the state that counts.
     """
@@ -342,6 +390,7 @@ class CacheLine:
     pending_value: Value = None
     requested_at: float = 0.0
     valid_until: float = 0.0
+    rid: int = 0
 
     def state_at(self, now: float) -> LineState:
         """The state at ``now``: I once the line's lease ran out."""
@@ -365,16 +414,23 @@ def cache_step(
     if line.state is not LineState.I and line.state_at(now) is LineState.I:
         line = replace(line, state=LineState.I, value=None)  # the lease ran out
     match event:
+        case Abandon():
+            if line.waiting is None:
+                return line, ()
+            return replace(line, state=LineState.I, value=None, waiting=None,
+                           pending_value=None), ()
         case LocalRead() | LocalWrite() | Evict() if line.waiting is not None:
             return line, (Retry(event),)
-        case LocalRead():
+        case LocalRead(shared=shared):
             if line.state is LineState.I:
-                new = replace(line, waiting="read", requested_at=now)
-                return new, (Send(ReadMiss(iri, agent)),)
+                rid = line.rid + 1
+                new = replace(line, waiting="read", requested_at=now, rid=rid)
+                return new, (Send(ReadMiss(iri, agent, rid, shared)),)
             return line, (ReadDone(iri, line.version, line.value),)
         case LocalWrite(value=value):
-            new = replace(line, waiting="write", pending_value=value, requested_at=now)
-            return new, (Send(WriteRequest(iri, agent, value)),)
+            rid = line.rid + 1
+            new = replace(line, waiting="write", pending_value=value, requested_at=now, rid=rid)
+            return new, (Send(WriteRequest(iri, agent, value, rid)),)
         case Evict():
             gone = replace(line, state=LineState.I, value=None)
             if line.state in (LineState.M, LineState.E):
@@ -386,19 +442,20 @@ def cache_step(
             kept = line.state is not LineState.I
             new = replace(line, state=LineState.S) if kept else line
             return new, (Send(DowngradeAck(iri, agent, seq, kept)),)
-        case Fill(version=version, value=value, grant=grant):
-            if line.waiting != "read":
+        case Fill(version=version, value=value, grant=grant, rid=rid):
+            if line.waiting != "read" or rid != line.rid:
                 return line, ()
             until = line.requested_at + lease
             new = replace(
                 line, state=grant, version=version, value=value, waiting=None, valid_until=until
             )
             return new, (ReadDone(iri, version, value),)
-        case WriteAck(version=version):
-            if line.waiting != "write":
+        case WriteAck(version=version, rid=rid):
+            if line.waiting != "write" or rid != line.rid:
                 return line, ()
             until = line.requested_at + lease
-            new = CacheLine(iri, LineState.M, version, line.pending_value, valid_until=until)
+            new = CacheLine(iri, LineState.M, version, line.pending_value, valid_until=until,
+                            rid=rid)
             return new, (WriteDone(iri, version),)
 
 
@@ -407,21 +464,25 @@ def cache_step(
 
 @dataclass(frozen=True)
 class ReadTxn:
-    """A read miss of ``requester`` waiting for the owner's DowngradeAck."""
+    """A read miss ``rid`` of ``requester`` waiting for the owner's DowngradeAck."""
 
     requester: str
     waiting: frozenset[str]
+    rid: int = 0
+    shared: bool = False
 
 
 @dataclass(frozen=True)
 class WriteTxn:
-    """A write of ``writer`` as ``version``: waits for InvAcks (``waiting``) and the store."""
+    """A write ``rid`` of ``writer`` as ``version``: waits for InvAcks (``waiting``) and the
+    store."""
 
     writer: str
     version: int
     value: Value
     waiting: frozenset[str]
     stored: bool = False
+    rid: int = 0
 
 
 @dataclass(frozen=True)
@@ -472,6 +533,13 @@ def directory_step(
         case WriteBack(sender=sender):
             if entry.owner == sender:
                 entry = replace(entry, owner=None)
+        case Depart(agent=agent):
+            owner = None if entry.owner == agent else entry.owner
+            queue = tuple(r for r in entry.queue if r.sender != agent)
+            entry = replace(entry, owner=owner, sharers=entry.sharers - {agent}, queue=queue)
+            txn = entry.pending
+            if txn is not None and agent in txn.waiting:
+                entry = replace(entry, pending=replace(txn, waiting=txn.waiting - {agent}))
         case Tick():
             txn = entry.pending
             if txn is not None and entry.deadline is not None and now >= entry.deadline:
@@ -499,30 +567,33 @@ def _start(
 ) -> DirEntry:
     """Begin ``request`` on an idle entry (it may complete at once)."""
     match request:
-        case ReadMiss(sender=reader):
+        case ReadMiss(sender=reader, rid=rid, shared=shared):
             if entry.owner is not None and entry.owner != reader:
                 seq = entry.seq + 1
                 effects.append(SendTo(entry.owner, Downgrade(entry.iri, seq)))
-                read = ReadTxn(reader, frozenset({entry.owner}))
+                read = ReadTxn(reader, frozenset({entry.owner}), rid, shared)
                 return replace(entry, pending=read, deadline=now + lease, seq=seq)
-            return _fill(entry, reader, effects)
-        case WriteRequest(sender=writer, value=value):
+            return _fill(entry, reader, rid, shared, effects)
+        case WriteRequest(sender=writer, value=value, rid=rid):
             holders = entry.sharers | ({entry.owner} if entry.owner else set())
             others = frozenset(holders - {writer})
             version = entry.version + 1
             effects.append(StoreWrite(entry.iri, version, value))
             seq = entry.seq + 1 if others else entry.seq
             effects.extend(SendTo(agent, Invalidate(entry.iri, seq)) for agent in sorted(others))
-            write = WriteTxn(writer, version, value, others)
+            write = WriteTxn(writer, version, value, others, rid=rid)
             deadline = now + lease if others else None
             return replace(entry, pending=write, deadline=deadline, seq=seq)
 
 
-def _fill(entry: DirEntry, reader: str, effects: list[DirEffect]) -> DirEntry:
-    """Serve ``reader`` from the entry (no other owner): E when nobody else holds it, else S."""
-    alone = not (entry.sharers - {reader}) and entry.owner in (None, reader)
+def _fill(
+    entry: DirEntry, reader: str, rid: int, shared: bool, effects: list[DirEffect]
+) -> DirEntry:
+    """Serve ``reader`` from the entry (no other owner): E when nobody else holds it and the
+    read did not ask for S, else S."""
+    alone = not shared and not (entry.sharers - {reader}) and entry.owner in (None, reader)
     grant = LineState.E if alone else LineState.S
-    effects.append(SendTo(reader, Fill(entry.iri, entry.version, entry.value, grant)))
+    effects.append(SendTo(reader, Fill(entry.iri, entry.version, entry.value, grant, rid)))
     if alone:
         return replace(entry, owner=reader, sharers=frozenset(), pending=None, deadline=None)
     return replace(entry, sharers=entry.sharers | {reader}, pending=None, deadline=None)
@@ -533,9 +604,9 @@ def _advance(entry: DirEntry, now: float, lease: float, effects: list[DirEffect]
     while True:
         txn: ReadTxn | WriteTxn | None = entry.pending
         if isinstance(txn, ReadTxn) and not txn.waiting:
-            entry = _fill(replace(entry, owner=None), txn.requester, effects)
+            entry = _fill(replace(entry, owner=None), txn.requester, txn.rid, txn.shared, effects)
         elif isinstance(txn, WriteTxn) and not txn.waiting and txn.stored:
-            effects.append(SendTo(txn.writer, WriteAck(entry.iri, txn.version)))
+            effects.append(SendTo(txn.writer, WriteAck(entry.iri, txn.version, txn.rid)))
             entry = replace(
                 entry,
                 owner=txn.writer,

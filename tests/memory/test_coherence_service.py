@@ -1,0 +1,207 @@
+"""The directory and the caches over a real bus: the in-process one here, mosquitto at the end.
+
+Leases are short (tenths of a second) so that expiry and recovery run in test time; the clock is
+the real monotonic one, as the service uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from gliding.bus import topics
+from gliding.bus.inproc import InProcessBus
+from gliding.bus.messages import CoherenceMsg
+from gliding.bus.mqtt import MQTTBus
+from gliding.bus.port import Bus
+from gliding.memory.coherence.protocol import (
+    Downgrade,
+    DowngradeAck,
+    Fill,
+    InvAck,
+    Invalidate,
+    LineState,
+    ReadMiss,
+    WriteAck,
+    WriteBack,
+    WriteRequest,
+)
+from gliding.memory.coherence.service import (
+    Cache,
+    CoherenceTimeout,
+    Directory,
+    Versioned,
+    for_cache,
+    for_directory,
+    to_wire,
+)
+from gliding.testing.coherence import MemoryNodeStore
+from gliding.testing.servers import Mosquitto, mosquitto
+
+pytestmark = pytest.mark.anyio
+LEASE = 0.4
+X, Y, Z = (f"gliding://job/j/node/{n}" for n in "xyz")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def system(
+    bus: Bus, store: MemoryNodeStore | None = None, *agents: str, grace: float = 0.0,
+    **cache_kw: object,
+) -> AsyncIterator[tuple[Directory, list[Cache]]]:
+    store = store if store is not None else MemoryNodeStore()
+    directory = Directory(bus, store, "j", lease_s=LEASE, grace_s=grace)
+    caches = [Cache(bus, "j", a, lease_s=LEASE, timeout_s=2.0, **cache_kw)  # type: ignore[arg-type]
+              for a in agents or ("a", "b")]
+    async with anyio.create_task_group() as tg:
+        await tg.start(directory.serve)
+        for cache in caches:
+            await tg.start(cache.serve)
+        yield directory, caches
+        tg.cancel_scope.cancel()
+
+
+def test_every_protocol_message_survives_the_wire() -> None:
+    to_dir = [ReadMiss(X, "a", 3, True), WriteRequest(X, "a", "v", 4), InvAck(X, "a", 2),
+              DowngradeAck(X, "a", 2, True), WriteBack(X, "a", 5, None)]
+    to_cache = [Fill(X, 2, "v", LineState.E, 9), Fill(X, 2, None, LineState.S, 1),
+                WriteAck(X, 3, 4), Invalidate(X, 7), Downgrade(X, 8)]
+    for message in to_dir:
+        wire = CoherenceMsg.model_validate_json(to_wire(message).to_json())
+        assert for_directory(wire) == message
+    for message in to_cache:
+        assert for_cache(CoherenceMsg.model_validate_json(to_wire(message).to_json())) == message
+    with pytest.raises(ValueError, match="not for a cache"):
+        for_cache(to_wire(to_dir[0]))
+    with pytest.raises(ValueError, match="sender"):
+        for_directory(CoherenceMsg(kind="read_miss", iri=X))
+
+
+async def test_a_write_is_seen_by_the_next_read_elsewhere_and_invalidates_copies() -> None:
+    async with InProcessBus() as bus, system(bus) as (directory, (a, b)):
+        assert await a.read(X) == Versioned(0, None)
+        assert await b.read(X) == Versioned(0, None)
+        told: list[str] = []
+        a.listen(told.append)
+        assert await b.write(X, "one") == 1
+        assert told == [X], "a's copy was invalidated before b's write was acknowledged"
+        assert a.peek(X) is None
+        assert await a.read(X) == Versioned(1, "one")
+        assert await a.read(X) == Versioned(1, "one")  # a hit
+        assert a.stats.hits == 1 and a.stats.misses == 2
+        assert directory.store.data[X] == (1, "one")  # type: ignore[attr-defined]
+
+
+async def test_reads_hit_until_the_lease_runs_out() -> None:
+    async with InProcessBus() as bus, system(bus) as (_, (a, _b)):
+        await a.read(X)
+        assert a.peek(X) is not None and a.holds([X])
+        await anyio.sleep(LEASE)
+        assert a.peek(X) is None
+        await a.read(X)
+        assert a.stats.misses == 2
+
+
+async def test_a_silent_holder_is_dropped_at_its_lease_and_a_dead_one_at_once() -> None:
+    async with InProcessBus() as bus:
+        store = MemoryNodeStore()
+        async with system(bus, store, "a", "b") as (directory, (a, b)):
+            await bus.publish(topics.coherence_directory("j"),
+                              to_wire(ReadMiss(X, "mute", 1)))  # holds X, never answers
+            await bus.publish(topics.coherence_directory("j"),
+                              to_wire(ReadMiss(Y, "dead", 1)))
+            started = anyio.current_time()
+            await b.read(X)  # mute holds it E: the downgrade is never answered
+            assert anyio.current_time() - started >= LEASE * 0.9
+            assert directory.stats.dropped == 1
+            assert await a.write(X, "after-lease") == 1
+            directory.depart("dead")
+            started = anyio.current_time()
+            assert await a.write(Y, "at-once") == 1
+            assert anyio.current_time() - started < LEASE / 2
+
+
+async def test_a_restarted_directory_rebuilds_from_the_store_and_waits_out_old_leases() -> None:
+    store = MemoryNodeStore()
+    async with InProcessBus() as bus:
+        async with system(bus, store, "a") as (_, (a,)):
+            assert await a.write(X, "kept") == 1
+        async with system(bus, store, "b", grace=LEASE) as (_, (b,)):
+            started = anyio.current_time()
+            assert await b.read(X) == Versioned(1, "kept")
+            assert anyio.current_time() - started >= LEASE * 0.9, "nothing served in the grace"
+            assert await b.write(X, "next") == 2
+
+
+async def test_no_directory_is_a_timeout_and_an_unanswered_write_says_its_outcome_is_unknown(
+) -> None:
+    async with InProcessBus() as bus, anyio.create_task_group() as tg:
+        cache = Cache(bus, "nobody", "a", lease_s=LEASE, timeout_s=0.1, tries=2)
+        await tg.start(cache.serve)
+        with pytest.raises(CoherenceTimeout, match="after 2 tries"):
+            await cache.read(X)
+        with pytest.raises(CoherenceTimeout, match="may or may not"):
+            await cache.write(X, "lost?")
+        assert cache.stats.abandoned == 3 and cache.lines == {}
+        tg.cancel_scope.cancel()
+
+
+async def test_store_failures_delay_the_ack_but_never_skip_it() -> None:
+    store = MemoryNodeStore(fail_saves=2, fail_loads=1)
+    async with InProcessBus() as bus, system(bus, store, "a") as (directory, (a,)):
+        assert await a.write(X, "durable") == 1
+        assert store.data[X] == (1, "durable")
+        assert directory.stats.store_failures == 3
+
+
+async def test_capacity_evicts_the_least_recently_used_line() -> None:
+    async with InProcessBus() as bus, system(bus, None, "a", capacity=2) as (_, (a,)):
+        for iri in (X, Y, Z):
+            await a.read(iri)
+        assert list(a.lines) == [Y, Z] and a.stats.evicted == 1
+
+
+async def test_concurrent_operations_on_one_line_take_turns() -> None:
+    async with InProcessBus() as bus, system(bus, None, "a", "b") as (_, (a, b)):
+        versions: list[int] = []
+
+        async def write(cache: Cache, value: str) -> None:
+            versions.append(await cache.write(X, value))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(10):
+                tg.start_soon(write, (a, b)[i % 2], f"w{i}")
+        assert sorted(versions) == list(range(1, 11))
+        final = await a.read(X)
+        assert final.version == 10
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Mosquitto]:
+    with mosquitto() as server:
+        yield server
+
+
+@pytest.mark.heavy
+async def test_the_same_over_mosquitto(broker: Mosquitto) -> None:
+    async with MQTTBus(broker.url) as one, MQTTBus(broker.url) as two:
+        async with anyio.create_task_group() as tg:
+            store = MemoryNodeStore()
+            directory = Directory(one, store, "j", lease_s=LEASE, grace_s=0)
+            await tg.start(directory.serve)
+            a = Cache(one, "j", "a", lease_s=LEASE)
+            b = Cache(two, "j", "b", lease_s=LEASE)
+            await tg.start(a.serve)
+            await tg.start(b.serve)
+            await a.read(X)
+            assert await b.write(X, "over mqtt") == 1
+            assert await a.read(X) == Versioned(1, "over mqtt")
+            assert a.stats.invalidated == 1
+            tg.cancel_scope.cancel()
