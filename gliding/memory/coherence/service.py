@@ -70,6 +70,7 @@ from gliding.memory.coherence.protocol import (
     CacheEvent,
     CacheLine,
     Depart,
+    DirEffect,
     DirEntry,
     DirEvent,
     Downgrade,
@@ -107,6 +108,11 @@ DEFAULT_CAPACITY = 4096
 STORE_THREADS = 8
 _ALL = "*"  # the ``iri`` of a depart message: every entry
 T = TypeVar("T")
+
+
+class DirectoryStep(Protocol):
+    def __call__(self, entry: DirEntry, event: DirEvent, now: float, *,
+                 lease: float) -> tuple[DirEntry, tuple[DirEffect, ...]]: ...
 
 
 class CoherenceError(GlidingError):
@@ -258,8 +264,12 @@ class Directory:
         self, bus: Bus, store: NodeStore, space: str, *, lease_s: float = DEFAULT_LEASE_S,
         grace_s: float | None = None, tick_s: float | None = None,
         clock: Callable[[], float] = time.monotonic, store_threads: int = STORE_THREADS,
+        step: DirectoryStep = directory_step,
     ) -> None:
+        """``step`` is the transition function (``protocol.directory_step``; a test passes a
+        deliberately broken one to show the checks catch it)."""
         self.bus, self.store, self.space = bus, store, space
+        self.step = step
         self.lease_s = lease_s
         self.grace_s = lease_s if grace_s is None else grace_s
         self.tick_s = tick_s if tick_s is not None else max(0.01, lease_s / 10)
@@ -365,8 +375,8 @@ class Directory:
             tg.start_soon(self._load, iri)
 
     async def _step(self, event: DirEvent, tg: TaskGroup) -> None:
-        entry, effects = directory_step(self.entries[event.iri], event, self.clock(),
-                                        lease=self.lease_s)
+        entry, effects = self.step(self.entries[event.iri], event, self.clock(),
+                                   lease=self.lease_s)
         self.entries[event.iri] = entry
         for effect in effects:
             match effect:
