@@ -38,6 +38,7 @@ nothing new.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -50,9 +51,10 @@ from gliding.core.iri import hashed_segment, parse_iri, parse_step_session, reco
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
 from gliding.memory.archive import Archive, ArchivedItem
-from gliding.memory.blackboard import Blackboard
+from gliding.memory.blackboard import Blackboard, sparql_iri
 from gliding.memory.entities import Entities, extract
 from gliding.memory.vocabulary import (
+    NS,
     PROPERTIES,
     VocabularyError,
     from_jsonld,
@@ -99,8 +101,15 @@ class Ingestor:
     """Writes one job's nodes into the blackboard and their revisions into the job's archive."""
 
     def __init__(self, board: Blackboard, archive: Archive, job: str,
-                 on_write: Callable[[str, str], object] | None = None) -> None:
+                 on_write: Callable[[str, str], object] | None = None,
+                 writer: Callable[[str, str], int] | None = None) -> None:
+        """``writer(iri, jsonld) -> revision``: write through the coherence directory instead
+        (``coherence/nodes.py`` archives the revision and puts the node; the call returns once
+        the write is acknowledged). Nodes of a type in ``INDEXED`` also update their type's
+        index line when first written."""
         self.board = board
+        self.writer = writer
+        self._members: dict[str, list[str]] = {}  # indexed type -> its index line as written
         self.on_write = on_write  # e.g. Projector.invalidate: views that used a node go stale
         self.archive = archive
         self.job = job
@@ -124,6 +133,8 @@ class Ingestor:
         text = to_jsonld(node)
         digest = hashlib.sha256(text.encode()).hexdigest()
         iri = str(node["@id"])
+        if self.writer is not None:
+            return self._put_coherent(node, iri, text, digest)
         revision, last = self._revisions.get(iri, (0, ""))
         if digest != last:
             revision += 1
@@ -152,6 +163,9 @@ class Ingestor:
         if self._queue is not None:
             yield self
             return
+        if self.writer is not None:
+            yield from self._batch_coherent()
+            return
         self._queue, self._undo = [], {}
         entities, unwritten = dict(self._entities), set(self._unwritten)
         try:
@@ -171,6 +185,50 @@ class Ingestor:
         for node in queued:
             try:
                 self._write(node)
+            except GlidingError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _put_coherent(self, node: Mapping[str, Any], iri: str, text: str, digest: str) -> str:
+        """``put`` through ``writer``: the directory numbers the revision; nothing is written
+        here, and an unchanged node is not written at all."""
+        assert self.writer is not None
+        known = self._revisions.get(iri)
+        if known is not None and known[1] == digest:
+            return iri
+        if self._queue is not None:
+            self._queue.append(node)
+            return iri
+        revision = self.writer(iri, text)
+        self._revisions[iri] = (revision, digest)
+        kind = str(node.get("@type"))
+        if known is None and kind in INDEXED and "partOf" in node:
+            members = self._members.get(kind)
+            if members is None:  # first use: what the board holds (this node, a resumed job's)
+                members = index_members(self.board, self.graph, kind)
+            members = sorted({*members, iri})
+            if members != self._members.get(kind):
+                self.writer(index_iri(self.graph, kind), json.dumps(members))
+                self._members[kind] = members
+        if self.on_write is not None:
+            self.on_write(iri, kind)
+        return iri
+
+    def _batch_coherent(self) -> Iterator[Ingestor]:
+        """``batch`` through ``writer``: the block's nodes are written after it, one by one (a
+        block that raises writes nothing; the first failure is raised at the end)."""
+        self._queue = []
+        try:
+            yield self
+        except BaseException:
+            self._queue = None
+            raise
+        queued, self._queue = self._queue, None
+        failure: GlidingError | None = None
+        for node in queued:
+            try:
+                self.put(node)
             except GlidingError as exc:
                 failure = failure or exc
         if failure is not None:
@@ -347,11 +405,40 @@ class Ingestor:
             raise VocabularyError(f"{iri!r} is not an IRI of job {self.job}")
 
     def _revision_iri(self, node_iri: str, revision: int) -> str:
-        rest = node_iri[len(self.job_iri):].strip("/") or "job"
-        kind, _, name = rest.partition("/")
-        if len(quote(name, safe="")) > MAX_SEGMENT_CHARS:  # L0 IRI segments are bounded
-            name = hashed_segment(name)
-        return str(record_iri(self.job, "node", kind, name or "-", str(revision)))
+        return revision_iri(self.job, node_iri, revision)
+
+
+def revision_iri(job: str, node_iri: str, revision: int) -> str:
+    """The L0 IRI of revision ``revision`` of the node ``node_iri`` of ``job``."""
+    rest = node_iri[len(f"gliding://job/{job}"):].strip("/") or "job"
+    kind, _, name = rest.partition("/")
+    if len(quote(name, safe="")) > MAX_SEGMENT_CHARS:  # L0 IRI segments are bounded
+        name = hashed_segment(name)
+    return str(record_iri(job, "node", kind, name or "-", str(revision)))
+
+
+INDEXED = frozenset({"Plan", "Step", "Artifact", "CheckReport", "Decision"})
+"""The node types whose members (those ``partOf`` something) an index line lists: what the
+roles' briefings show (``projection.FRAMES``)."""
+
+
+def index_iri(graph: str, kind: str) -> str:
+    """The coherence line listing the members of type ``kind`` in the job graph ``graph``."""
+    return f"{graph}/index/{kind}"
+
+
+def index_members(board: Blackboard, graph: str, kind: str) -> list[str]:
+    """The nodes of type ``kind`` with a ``partOf`` in ``graph``, sorted (an index line's value).
+
+    Raises:
+        BlackboardError: the board could not be read.
+    """
+    if kind not in INDEXED:
+        raise VocabularyError(f"{kind!r} has no index line")
+    rows = board.query(
+        f"PREFIX gl: <{NS}>\nSELECT ?s WHERE {{ GRAPH {sparql_iri(graph)} {{ ?s a gl:{kind} . "
+        f"?s gl:partOf ?p }} }} ORDER BY ?s", isolated=False)
+    return sorted({str(getattr(r["s"], "iri", r["s"])) for r in rows if "s" in r})
 
 
 def _step_iri(plan_iri: str, step: str) -> str:

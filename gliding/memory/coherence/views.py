@@ -1,0 +1,152 @@
+"""L3 views through a coherence cache: role briefings built from node lines, re-sent as changes.
+
+``projection.Projector`` builds a role's view with one CONSTRUCT on the board. ``CoherentViews``
+builds the same frame (``projection.FRAMES``: the node types a role is shown, those ``partOf``
+the job) from lines of a ``service.Cache``: the index lines of the frame's types
+(``ingest.index_iri``) name the members, and each member is read as its own line. So a view is
+current exactly while every line it used is valid in the cache: an invalidation from the
+directory (a teammate's write, in any process) drops it at once (``Cache.listen``), and a line
+whose lease ran out makes the next use rebuild it.
+
+``update(session, ...)`` is what an agent is shown between turns: the first call of a session
+gives the whole view (the briefing), every later one only the lines that are new or changed
+since that session last looked ("" when none). ``stats`` counts what those later calls sent
+against what re-sending the whole view each time would have cost, in tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gliding.memory.coherence.service import Cache
+from gliding.memory.ingest import index_iri
+from gliding.memory.projection import FRAMES
+from gliding.memory.vocabulary import VocabularyError, from_jsonld
+
+FRAME_TYPES: dict[str, tuple[str, ...]] = {
+    role: tuple(t.strip().removeprefix("gl:") for t in frame["types"].split(","))
+    for role, frame in FRAMES.items()
+}
+"""The node types each role's view shows (those of its ``projection.FRAMES`` query)."""
+
+
+@dataclass
+class ViewStats:
+    rebuilt: int = 0
+    reused: int = 0
+    invalidated: int = 0
+    updates: int = 0  # update() calls after a session's first look
+    full_tokens: int = 0  # what re-sending the whole view at each of those would have cost
+    sent_tokens: int = 0  # what they sent: the changed lines only
+
+
+@dataclass(frozen=True)
+class View:
+    lines: Mapping[str, str]  # node IRI -> its line, in the order shown
+    used: frozenset[str]  # every cache line it was built from (index lines included)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines.values())
+
+
+@dataclass
+class CoherentViews:
+    """Views of one process's agents over its ``cache``; ``count`` measures tokens."""
+
+    cache: Cache
+    count: Callable[[str], int]
+    stats: ViewStats = field(default_factory=ViewStats)
+    _views: dict[tuple[str, str, int], View] = field(default_factory=dict)
+    _shown: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.cache.listen(self._invalidate)
+
+    async def view(self, role: str, graph: str, budget_tokens: int) -> View:
+        """``role``'s view of the job graph ``graph``, cut to ``budget_tokens``.
+
+        Raises:
+            CoherenceTimeout: the directory did not answer.
+            BusError: a request could not be sent.
+        """
+        key = (role, graph, budget_tokens)
+        known = self._views.get(key)
+        if known is not None and self.cache.holds(known.used):
+            self.stats.reused += 1
+            return known
+        index = await self.cache.read_many([index_iri(graph, t) for t in FRAME_TYPES[role]])
+        members = sorted({m for line in index.values() if line.value
+                          for m in json.loads(line.value)})
+        read = await self.cache.read_many(members)
+        nodes = {}
+        for iri, line in read.items():
+            if line.value is not None:
+                try:
+                    nodes[iri] = from_jsonld(line.value)
+                except VocabularyError:
+                    continue  # not a node: left out of the view, as a damaged triple would be
+        view = View(render_lines(nodes, budget_tokens, self.count),
+                    frozenset(index) | frozenset(members))
+        self._views[key] = view
+        self.stats.rebuilt += 1
+        return view
+
+    async def briefing(self, role: str, graph: str, budget_tokens: int) -> str:
+        """The whole view as text (what ``Projector.briefing`` gives)."""
+        return (await self.view(role, graph, budget_tokens)).text
+
+    async def update(self, session: str, role: str, graph: str, budget_tokens: int) -> str:
+        """The whole view on a session's first call; then only new or changed lines."""
+        view = await self.view(role, graph, budget_tokens)
+        shown = self._shown.get(session)
+        if shown is None:
+            self._shown[session] = dict(view.lines)
+            return view.text
+        changed = "\n".join(line for iri, line in view.lines.items() if shown.get(iri) != line)
+        self.stats.updates += 1
+        self.stats.full_tokens += self.count(view.text) if view.lines else 0
+        self.stats.sent_tokens += self.count(changed) if changed else 0
+        shown.update(view.lines)
+        return changed
+
+    def forget(self, session: str) -> None:
+        """The session ended: what it was shown is no longer kept."""
+        self._shown.pop(session, None)
+
+    def _invalidate(self, iri: str) -> None:
+        stale = [key for key, view in self._views.items() if iri in view.used]
+        for key in stale:
+            del self._views[key]
+        self.stats.invalidated += len(stale)
+
+
+def render_lines(nodes: Mapping[str, Mapping[str, Any]], budget_tokens: int,
+                 count: Callable[[str], int]) -> dict[str, str]:
+    """One line per node, ``Type <iri>: key=value; ...`` (as ``projection.render``), in IRI
+    order while the budget lasts."""
+    lines: dict[str, str] = {}
+    total = 0
+    for iri in sorted(nodes):
+        node = nodes[iri]
+        props = {k: v for k, v in node.items() if k not in ("@id", "@type", "partOf")}
+        body = "; ".join(f"{k}={' | '.join(_text(x) for x in _many(v))[:200]}"
+                         for k, v in sorted(props.items()))
+        line = f"{node.get('@type', '?')} <{iri}>: {body}"
+        cost = count(line) + 1
+        if total + cost > budget_tokens:
+            break
+        lines[iri] = line
+        total += cost
+    return lines
+
+
+def _many(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -1,0 +1,110 @@
+"""The job's blackboard through the coherence engine: ingestion writes through the directory
+(revisions in L0, nodes on a real Oxigraph board), agents' views read through their caches."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gliding.bus.inproc import InProcessBus
+from gliding.memory.archive import Archive
+from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+from gliding.memory.coherence.nodes import JobNodeStore
+from gliding.memory.coherence.service import Cache, Directory
+from gliding.memory.coherence.views import CoherentViews
+from gliding.memory.ingest import Ingestor, index_iri, latest_revisions
+from gliding.memory.projection import Projector
+from gliding.memory.vocabulary import from_jsonld
+
+pytestmark = pytest.mark.anyio
+J = "gliding://job/j"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+@asynccontextmanager
+async def job(tmp: Path, *, resumed: bool = False) -> AsyncIterator[
+        tuple[Ingestor, CoherentViews, Cache, JobNodeStore]]:
+    board = OxigraphBlackboard.open(tmp / "board")
+    archive = Archive.open(tmp, "j")
+    store = JobNodeStore(board, archive, "j")
+    async with InProcessBus() as bus, anyio.create_task_group() as tg:
+        await tg.start(Directory(bus, store, "j", lease_s=2.0, grace_s=0).serve)
+        writer = Cache(bus, "j", "ingest")
+        reader = Cache(bus, "j", "agents")
+        await tg.start(writer.serve)
+        await tg.start(reader.serve)
+
+        def write(iri: str, text: str) -> int:
+            return anyio.from_thread.run(writer.write, iri, text)
+
+        ingestor = Ingestor(board, archive, "j", writer=write)
+        if resumed:
+            await anyio.to_thread.run_sync(ingestor.restore)
+        yield ingestor, CoherentViews(reader, words), reader, store
+        tg.cancel_scope.cancel()
+    board.close()
+
+
+async def test_writes_go_through_the_directory_and_views_see_only_changes(tmp_path: Path) -> None:
+    async with job(tmp_path) as (ingestor, views, reader, store):
+        await anyio.to_thread.run_sync(ingestor.plan, 1, ["write hello.py", "test it"], None)
+        first = await views.update("CA-1", "CA", J, 2000)
+        assert first.count("Step <") == 2 and first == await views.briefing("CA", J, 2000)
+        assert await views.update("CA-1", "CA", J, 2000) == "", "nothing changed, nothing sent"
+        await anyio.to_thread.run_sync(ingestor.artifact, "hello.py", f"{J}/result/r1")
+        assert views.stats.invalidated >= 1, "the index line's invalidation dropped the view"
+        change = await views.update("CA-1", "CA", J, 2000)
+        assert change.startswith("Artifact <") and "\n" not in change
+        assert views.stats.sent_tokens < views.stats.full_tokens
+        # the board and L0 hold what the directory acknowledged, as ingestion always wrote it
+        revisions = latest_revisions(ingestor.archive)
+        step = f"{J}/plan/1/step/1"
+        assert revisions[step][0] == 1
+        assert from_jsonld(ingestor.archive.get(revisions[step][1].iri).text())["@id"] == step
+        assert ingestor.board.get(step, graph=J) is not None
+        members = json.loads(store.load(index_iri(J, "Step"))[1] or "[]")
+        assert members == [f"{J}/plan/1/step/1", f"{J}/plan/1/step/2"]
+
+
+async def test_the_view_is_the_projectors_frame(tmp_path: Path) -> None:
+    async with job(tmp_path) as (ingestor, views, _, _):
+        await anyio.to_thread.run_sync(ingestor.plan, 1, ["a step"], None)
+        await anyio.to_thread.run_sync(ingestor.artifact, "x.txt", f"{J}/result/r1")
+        mine = await views.briefing("CA", J, 2000)
+        theirs = Projector(ingestor.board, words).briefing("CA", J, 2000)
+        assert sorted(line.split(":")[0] for line in mine.splitlines()) == sorted(
+            line.split(":")[0] for line in theirs.splitlines())
+
+
+async def test_a_changed_node_is_re_sent_and_unchanged_ones_are_not(tmp_path: Path) -> None:
+    async with job(tmp_path) as (ingestor, views, _, _):
+        await anyio.to_thread.run_sync(ingestor.plan, 1, ["one", "two"], None)
+        await views.update("s", "CA", J, 2000)
+        await anyio.to_thread.run_sync(ingestor.put, {
+            "@id": f"{J}/plan/1/step/2", "@type": "Step", "text": "two", "status": "done",
+            "partOf": f"{J}/plan/1"})
+        change = await views.update("s", "CA", J, 2000)
+        assert change.startswith(f"Step <{J}/plan/1/step/2>") and "status=done" in change
+
+
+async def test_a_resumed_job_continues_the_revisions_and_the_index(tmp_path: Path) -> None:
+    async with job(tmp_path) as (ingestor, _, _, _):
+        await anyio.to_thread.run_sync(ingestor.plan, 1, ["one"], None)
+    async with job(tmp_path, resumed=True) as (ingestor, views, _, store):
+        await anyio.to_thread.run_sync(ingestor.plan, 2, ["again"], None)
+        view = await views.briefing("CA", J, 2000)
+        assert f"{J}/plan/1/step/1" in view and f"{J}/plan/2/step/1" in view
+        assert store.load(f"{J}/plan/1/step/1")[0] == 1
