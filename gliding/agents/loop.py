@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -162,6 +162,8 @@ class AgentEnv:
     on_demand: Mapping[str, Toolset] = field(default_factory=dict)  # loadable by tool_search
     began_dir: Path | None = None  # where tools that mark their begin leave the mark
     data_dir: Path | None = None  # left out of workspace fingerprints when inside the workspace
+    # what the team recorded since the last turn ("" when nothing): asked before each turn
+    board_update: Callable[[], Awaitable[str]] | None = None
 
 
 class _Session:
@@ -212,6 +214,10 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
         elif state is State.AWAIT_MODEL:
             turns += 1
             n = env.budget.count_turn(name)
+            if turns > 1 and env.board_update is not None:
+                news = await env.board_update()
+                if news:  # between the last turn and this one, as a user message
+                    engine.add(Message("user", news), iri=str(turn_iri(env.job, name, n - 1)))
             ran = [r.name for r in records if r.ok]
             may_finish = not toolset.tools or (
                 all(t in ran for t in role.finish_requires)

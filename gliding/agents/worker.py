@@ -34,7 +34,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -93,6 +93,20 @@ class JobAgents:
     briefing: Callable[[Assignment], Awaitable[str]] | None = None
     began_dir: Path | None = None  # where bash marks that a command began (resume reads it)
     sandbox: Sandbox | None = None  # what confines commands; None: the one the settings ask for
+    board: BoardUpdates | None = None  # what a session is shown between turns (coherence)
+
+
+class BoardUpdates(Protocol):
+    """The job's blackboard as a session sees it change (``daemon/board.JobBoard``)."""
+
+    def updates(self, session: str, role: str) -> Callable[[], Awaitable[str]]:
+        """A callable giving, at each call after the first, what changed since the last ("" if
+        nothing); the first call notes what the session's briefing showed."""
+        ...
+
+    def end(self, session: str) -> None:
+        """The session is over: forget what it was shown."""
+        ...
 
 
 _Key = tuple[str, str, int, int, int]  # role, step ("" for none), cycle, attempt, turn_base
@@ -157,6 +171,10 @@ class AgentWorker:
         if a.options:
             spec = restrict_decision(spec, a.options)
         briefing = await kit.briefing(a) if kit.briefing is not None else ""
+        update, seen = None, f"{session_of(a) or a.role}@{a.cycle}.{a.attempt}.{a.turn_base}"
+        if kit.board is not None:
+            update = kit.board.updates(seen, a.role)
+            await update()  # what the briefing showed: later calls send what changed
         on_demand = {name: kit.tools.toolset([name]) for name in spec.tool_groups_on_demand
                      if name not in kit.tools.unavailable and kit.tools.group(name)}
         env = AgentEnv(
@@ -167,11 +185,16 @@ class AgentWorker:
             max_turns=kit.budget.limits.turns.get(spec.name, spec.max_turns),
             context=kit.settings.context, counter=kit.counter, extra_system=briefing,
             turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir,
-            data_dir=kit.settings.data_dir, session=session_of(a) if a.step else "")
+            data_dir=kit.settings.data_dir, session=session_of(a) if a.step else "",
+            board_update=update)
         step = {"step": a.step, "session": env.session} if a.step else {}
         await self._event("role.started", {"role": spec.name, "cycle": a.cycle,
                                            "attempt": a.attempt, **step})
-        result = await run_agent(env, a.instructions)
+        try:
+            result = await run_agent(env, a.instructions)
+        finally:
+            if kit.board is not None:
+                kit.board.end(seen)
         await self._event("role.finished", {"role": spec.name, "status": result.status,
                                             "turns": result.turns,
                                             "replayed": result.replayed_turns, **step})

@@ -253,6 +253,7 @@ class WorkItem(_Message):
     model: str
     briefing: str = ""
     origin: str = ""  # the data directory of the job's process (a worker on its host shares it)
+    coherence: bool = False  # the job runs a coherence directory: a worker may read its board
 
 
 class Claim(_Message):

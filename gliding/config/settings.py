@@ -195,10 +195,16 @@ class MemoryRecallSettings(_Section):
     briefing_tokens: int = Field(300, ge=0, le=10_000_000)  # the L3 briefing in each prompt
 
 
+class CoherenceSettings(_Section):
+    enabled: bool = True  # the job's board through a MESI directory and per-process caches
+    lease_s: float = Field(5.0, gt=0.05, le=3600)  # how long a silent holder may hold a line
+
+
 class MemorySettings(_Section):
     blackboard: BlackboardSettings = BlackboardSettings()
     vectors: VectorSettings = VectorSettings()
     recall: MemoryRecallSettings = MemoryRecallSettings()
+    coherence: CoherenceSettings = CoherenceSettings()
 
 
 MCP_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")

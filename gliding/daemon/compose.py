@@ -19,6 +19,7 @@ the artifact archiving at the bottom is the first candidate to move out.)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import stat
@@ -50,6 +51,7 @@ from gliding.core.clock import Clock, SystemClock
 from gliding.core.ids import new_job_id
 from gliding.core.iri import record_iri
 from gliding.core.messages import Usage
+from gliding.daemon.board import JobBoard, job_board
 from gliding.daemon.jobs import FINISHED, JobLock, WorkspaceLock, record_stop, stop_error
 from gliding.daemon.runtime import Runtime, open_bus
 from gliding.errors import ArchiveError, TaskFileError, UsageError
@@ -301,14 +303,16 @@ async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
 async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Command], *,
                            resumed: bool) -> JobReport:
     job, task, settings, archive = state.job, j.task, j.settings, j.archive
-    async with _runtime(j.runtime, settings) as rt, open_bus(settings) as bus:
+    async with _runtime(j.runtime, settings) as rt, open_bus(settings) as bus, \
+            _job_board(rt, bus, archive, job, settings, resumed=resumed) as jb:
         port = LocalArchive(archive, settings.data_dir)
         budget, checks, mcp, roles, tools = await agent_parts(job, task, settings, j.roles,
                                                               port, rt, j.clock)
         ingest = None
         if rt.knowledge is not None and rt.projector is not None:
             ingestor = Ingestor(rt.knowledge.board, archive, job,
-                                on_write=rt.projector.invalidate)
+                                on_write=rt.projector.invalidate,
+                                writer=jb.write if jb is not None else None)
             ingest = IngestService(ingestor, archive, task.goal)
             if resumed:
                 await anyio.to_thread.run_sync(ingest.catch_up)
@@ -316,13 +320,15 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
         async def briefing(a: Assignment) -> str:
             if ingest is not None:
                 await ingest.caught_up(a)
-            return await anyio.to_thread.run_sync(rt.briefing, a.role, job, task.goal)
+            board = await jb.briefing(a.role) if jb is not None else None
+            return await anyio.to_thread.run_sync(
+                functools.partial(rt.briefing, a.role, job, task.goal, board=board))
 
         kit = JobAgents(job=job, workspace=task.workspace, llm=j.llm, roles=roles, tools=tools,
                         checks=checks, archive=port, budget=budget, bus=bus, clock=j.clock,
                         settings=settings, counter=rt.counter,
                         briefing=briefing if rt.projector is not None else None,
-                        began_dir=_began_dir(archive), sandbox=j.sandbox)
+                        began_dir=_began_dir(archive), sandbox=j.sandbox, board=jb)
         worker = AgentWorker(kit, state.roles, concurrency=settings.scheduler.max_parallel)
 
         async def verify(command: Verify) -> CheckReportMsg:
@@ -351,15 +357,17 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
             raise
         with anyio.CancelScope(shield=True):
             await _close(job, tools, bus, quiet=False)
+        board_updates = dataclasses.asdict(jb.views.stats) if jb is not None else {}
     assert final.outcome is not None
     artifacts, skipped = await anyio.to_thread.run_sync(_archive_artifacts, archive,
                                                         task.workspace, final.written)
     await anyio.to_thread.run_sync(archive.set_meta, "status", final.outcome)
     checked = await anyio.to_thread.run_sync(_checked_files, task, j.start)
-    return build_report(final, artifacts=artifacts, wall_s=j.clock.monotonic() - started,
-                        checked_files=checked, skipped_artifacts=skipped,
-                        resumed=int(archive.get_meta("resumes", 0)),
-                        workspace_changed=j.workspace_changed)
+    report = build_report(final, artifacts=artifacts, wall_s=j.clock.monotonic() - started,
+                          checked_files=checked, skipped_artifacts=skipped,
+                          resumed=int(archive.get_meta("resumes", 0)),
+                          workspace_changed=j.workspace_changed)
+    return dataclasses.replace(report, board_updates=board_updates)
 
 
 def mcp_groups(task: Task, settings: Settings) -> list[MCPGroup]:
@@ -497,7 +505,8 @@ async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *, resumed: bool
                             model=str(model or j.llm.name),
                             origin=os.path.realpath(settings.data_dir),
                             lease_s=settings.daemon.lease_s, briefing=worker.kit.briefing,
-                            expect_s=1.5 * settings.daemon.heartbeat_s if resumed else 0.0)
+                            expect_s=1.5 * settings.daemon.heartbeat_s if resumed else 0.0,
+                            coherence=worker.kit.board is not None)
     server = ArchiveServer(bus, LocalArchive(archive, settings.data_dir))
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
@@ -531,6 +540,20 @@ async def _close(job: str, tools: Any, bus: Bus, *, quiet: bool) -> None:
                 first = exc
     if first is not None:
         raise first
+
+
+@asynccontextmanager
+async def _job_board(rt: Runtime, bus: Bus, archive: Archive, job: str, settings: Settings, *,
+                     resumed: bool) -> AsyncIterator[JobBoard | None]:
+    """The job's coherent blackboard (``daemon/board.py``), None without a board. A resumed
+    job's directory waits out old leases only when workers (other processes) may hold them."""
+    if rt.knowledge is None:
+        yield None
+        return
+    remote = resumed and settings.daemon.agents == "workers"
+    async with job_board(bus, rt.knowledge.board, archive, job, settings, rt.counter.count,
+                         resumed=remote) as jb:
+        yield jb
 
 
 @asynccontextmanager

@@ -60,8 +60,10 @@ class Dispatcher:
     def __init__(self, bus: Bus, job: str, *, task_record: dict[str, Any], model: str,
                  origin: str, lease_s: float, offer_s: float | None = None,
                  expect_s: float = 0.0,
-                 briefing: Callable[[Assignment], Awaitable[str]] | None = None) -> None:
+                 briefing: Callable[[Assignment], Awaitable[str]] | None = None,
+                 coherence: bool = False) -> None:
         self.bus = bus
+        self.coherence = coherence
         self.job = job
         self.task_record = task_record
         self.model = model
@@ -110,7 +112,8 @@ class Dispatcher:
             briefing = await self.briefing(a) if self.briefing is not None else ""
             self.items[key] = WorkItem(key=key, epoch=1, assignment=a,
                                        task_record=self.task_record, model=self.model,
-                                       briefing=briefing, origin=self.origin)
+                                       briefing=briefing, origin=self.origin,
+                                       coherence=self.coherence)
             now = anyio.current_time()
             if now - self.started < self.expect_s:  # a worker may hold it: let it say so first
                 await self._apply(L.expect(self.leases, key, now,

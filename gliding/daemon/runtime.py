@@ -40,6 +40,7 @@ from gliding.memory.vectors import Embedder, VectorIndex, load_embedder
 
 log = structlog.get_logger("gliding.daemon")
 
+BOARD_HEADING = "Blackboard (what the team recorded so far):"
 REACH_TIMEOUT_S = 5.0  # a SPARQL endpoint that does not answer ASK {} in this is unreachable
 
 
@@ -80,9 +81,10 @@ class Runtime:
         return MemoryAccess(self.knowledge, self.counter.count,
                             self.settings.memory.recall.budget_tokens)
 
-    def briefing(self, role: str, job: str, goal: str) -> str:
-        """The role's L3 view of the job's blackboard graph, and for PA what earlier jobs
-        recorded about the goal; "" when there is nothing (no board, nothing yet, or it failed).
+    def briefing(self, role: str, job: str, goal: str, *, board: str | None = None) -> str:
+        """The role's L3 view of the job's blackboard graph (``board`` when the caller built it
+        already, through the coherence caches), and for PA what earlier jobs recorded about
+        the goal; "" when there is nothing (no board, nothing yet, or it failed).
         Blocking: call it on a worker thread."""
         budget = self.settings.memory.recall.briefing_tokens
         if self.projector is None or budget <= 0:
@@ -90,9 +92,9 @@ class Runtime:
         graph = f"gliding://job/{job}"
         parts = []
         try:
-            text = self.projector.briefing(role, graph, budget)
+            text = board if board is not None else self.projector.briefing(role, graph, budget)
             if text:
-                parts.append(f"Blackboard (what the team recorded so far):\n{text}")
+                parts.append(f"{BOARD_HEADING}\n{text}")
         except GlidingError as exc:
             log.warning("blackboard.projection.failed", job=job, role=role, error=exc.message)
         if role == "PA" and self.knowledge is not None:

@@ -48,6 +48,7 @@ from gliding.config.settings import Settings
 from gliding.config.task import task_from_record
 from gliding.core.clock import SystemClock
 from gliding.daemon import compose
+from gliding.daemon.board import worker_views
 from gliding.daemon.runtime import Runtime, open_bus
 from gliding.errors import BusError, GlidingError, UsageError
 from gliding.llm.port import LLM
@@ -238,13 +239,18 @@ class WorkerService:
             async def briefing(_a: Assignment) -> str:
                 return briefing_text
 
+            board = None
+            if item.coherence:  # what changes between its turns, too
+                agent = f"{_topic_safe(self.name)}.{secrets.token_hex(4)}"
+                board = await stack.enter_async_context(
+                    worker_views(self.bus, job, agent, settings, rt.counter.count))
             await tools.open()
             stack.push_async_callback(tools.aclose)
             yield JobAgents(job=job, workspace=task.workspace, llm=await self._llm(item.model),
                             roles=roles, tools=tools, checks=checks, archive=port,
                             budget=budget, bus=self.bus, clock=clock, settings=settings,
                             counter=rt.counter, briefing=briefing, began_dir=began,
-                            sandbox=sandbox)
+                            sandbox=sandbox, board=board)
 
     async def _archive(self, stack: AsyncExitStack, item: WorkItem
                        ) -> tuple[ArchivePort, Path]:
@@ -304,3 +310,8 @@ async def serve_worker(settings: Settings, *, roles: Sequence[str], concurrency:
                     log.info("worker.stopping", worker=name, held=list(service.held))
                     tg.cancel_scope.cancel()
                     break
+
+
+def _topic_safe(name: str) -> str:
+    """``name`` as one MQTT topic level (a cache's address)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "worker"

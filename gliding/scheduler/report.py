@@ -43,6 +43,9 @@ class JobReport:
     workspace_changed: bool = False  # changed behind the job's back before a resume
     # files the job wrote that were not archived, and why (a symlink, too large, ...)
     skipped_artifacts: tuple[tuple[str, str], ...] = ()
+    # what this process's agents were shown between turns (coherence): updates, sent_tokens
+    # (changed lines only) and full_tokens (had the whole view been re-sent each time)
+    board_updates: dict[str, int] = field(default_factory=dict)
 
 
 def build_report(state: SupervisorState, *, artifacts: tuple[tuple[str, str], ...],

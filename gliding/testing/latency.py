@@ -27,6 +27,7 @@ from gliding.core.messages import Completion, Message
 from gliding.llm.port import LLM, LLMRequest
 from gliding.testing.scripted import ScriptedLLM, call
 
+BOARD_UPDATE = "Blackboard update"  # how the loop's between-turn board news begins
 _ROUNDS = 64  # replies queued per role: more than any test job asks for
 
 
@@ -56,27 +57,32 @@ class LatencyLLM:
 
 
 def step_team(n: int, *, tool: Literal["write_file", "bash"] = "write_file",
-              work_turns: int = 1) -> ScriptedLLM:
+              work_turns: int | tuple[int, ...] = 1) -> ScriptedLLM:
     """The scripted crew of an exploratory job of ``n`` independent steps (see the module).
 
-    ``work_turns`` is how many tool calls a step's DA makes before it finishes: 1 writes the
-    file; 2 writes it, then reads it back (``bash: cat``); more look around first
-    (``bash: ls``, ``work_turns - 2`` times), then write and read back.
+    ``work_turns`` is how many tool calls a step's DA makes before it finishes (one number for
+    every step, or one per step): 1 writes the file; 2 writes it, then reads it back
+    (``bash: cat``); more look around first (``bash: ls``, ``work_turns - 2`` times), then
+    write and read back.
     """
-    if not 1 <= work_turns <= 5:
-        raise ValueError("work_turns must be 1 to 5 (DA may take 6 turns, finish included)")
+    per_step = work_turns if isinstance(work_turns, tuple) else (work_turns,) * n
+    if len(per_step) != n or not all(1 <= w <= 5 for w in per_step):
+        raise ValueError("work_turns must be 1 to 5 (DA may take 6 turns, finish included), "
+                         "one number or one per step")
     steps = [{"id": f"s{k}", "text": f"Write s{k}.txt containing the text: step s{k}"}
              for k in range(1, n + 1)]
 
     def da(request: LLMRequest) -> Message:
         session = str(request.meta.get("session", ""))
         step = session.rsplit(".", 1)[-1] if session.count(".") == 2 else "s1"
-        users = [i for i, m in enumerate(request.messages) if m.role == "user"]
+        users = [i for i, m in enumerate(request.messages) if m.role == "user"
+                 and not (m.content or "").startswith(BOARD_UPDATE)]  # updates are not tasks
         since = users[-1] if users else 0  # the role file's examples come before the task
         done = sum(1 for m in request.messages[since:] if m.role == "tool")
-        if done >= work_turns:
+        work = per_step[int(step[1:]) - 1] if step[1:].isdigit() and int(step[1:]) <= n else 1
+        if done >= work:
             return call("finish", summary=f"wrote {step}.txt")
-        looks = max(0, work_turns - 2)
+        looks = max(0, work - 2)
         if done < looks:
             return call("bash", command="ls")
         if done == looks:

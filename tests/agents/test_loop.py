@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -287,3 +288,22 @@ def test_a_model_failure_while_warming_fails_the_turn_as_before(tmp_path: Path) 
     assert archive.warms  # the second call was made while warming
     assert result.status == "failed"
     assert result.error is not None and result.error.startswith("model call failed")
+
+
+def test_what_the_team_recorded_between_turns_is_shown_before_the_next(tmp_path: Path) -> None:
+    llm = ScriptedLLM([call("list_dir", path="."), call("list_dir", path="."),
+                       call("finish", summary="looked")])
+    news = iter(["Blackboard update: Artifact <a.txt> written by a teammate", ""])
+    asked: list[int] = []
+
+    async def update() -> str:
+        asked.append(len(llm.requests))
+        return next(news)
+
+    env = dataclasses.replace(_env(tmp_path, llm, "DA"), board_update=update)
+    result = anyio.run(run_agent, env, "Goal: look")
+    assert result.turns == 3 and asked == [1, 2], "asked before every turn after the first"
+    shown = [m for m in llm.requests[1].messages if m.role == "user" and "teammate" in m.content]
+    assert len(shown) == 1 and llm.requests[1].messages[-1] is shown[0]
+    assert sum("teammate" in m.content for m in llm.requests[2].messages) == 1, "once, not again"
+    env.archive.archive.close()

@@ -328,9 +328,9 @@ def test_settings_keys_and_env_names() -> None:
     assert keys[:3] == [("data_dir",), ("log_level",), ("log_format",)]
     assert ("llm", "local", "n_ctx") in keys
     assert ("llm", "local") not in keys  # sections are not keys
-    # 21 under context:, 7 under memory:, 4 under mcp:, 5 under bus:, 7 under daemon:, 36
+    # 21 under context:, 9 under memory:, 4 under mcp:, 5 under bus:, 7 under daemon:, 36
     # elsewhere (21 under tools:: 6 sandbox, 8 web; 4 under scheduler:)
-    assert len(keys) == len(set(keys)) == 21 + 36 + 7 + 4 + 5 + 7
+    assert len(keys) == len(set(keys)) == 21 + 36 + 9 + 4 + 5 + 7
     assert env_var_name(("llm", "local", "n_ctx")) == "GLIDING_LLM__LOCAL__N_CTX"
 
 

@@ -17,6 +17,7 @@ from gliding.bus.inproc import InProcessBus
 from gliding.bus.messages import CoherenceMsg
 from gliding.bus.mqtt import MQTTBus
 from gliding.bus.port import Bus
+from gliding.errors import BusError
 from gliding.memory.coherence.protocol import (
     Downgrade,
     DowngradeAck,
@@ -205,3 +206,22 @@ async def test_the_same_over_mosquitto(broker: Mosquitto) -> None:
             assert await a.read(X) == Versioned(1, "over mqtt")
             assert a.stats.invalidated == 1
             tg.cancel_scope.cancel()
+
+
+async def test_a_repeated_request_is_served_once() -> None:
+    async with InProcessBus() as bus, system(bus, None, "a") as (directory, (a,)):
+        assert await a.write(X, "once") == 1
+        rid = max(r for (iri, agent), r in directory._rids.items() if iri == X)
+        await bus.publish(topics.coherence_directory("j"),
+                          to_wire(WriteRequest(X, "a", "once", rid)))  # QoS 1 delivered it again
+        assert await a.write(X, "twice") == 2, "the repeat made no version of its own"
+        assert directory.stats.repeated == 1
+
+
+async def test_a_request_that_cannot_be_sent_leaves_the_line_free() -> None:
+    bus = InProcessBus()
+    async with bus:
+        cache = Cache(bus, "j", "a", lease_s=LEASE, timeout_s=0.2)
+    with pytest.raises(BusError):
+        await cache.read(X)
+    assert cache.lines == {}

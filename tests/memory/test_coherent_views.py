@@ -108,3 +108,18 @@ async def test_a_resumed_job_continues_the_revisions_and_the_index(tmp_path: Pat
         view = await views.briefing("CA", J, 2000)
         assert f"{J}/plan/1/step/1" in view and f"{J}/plan/2/step/1" in view
         assert store.load(f"{J}/plan/1/step/1")[0] == 1
+
+
+async def test_views_hold_their_lines_shared(tmp_path: Path) -> None:
+    async with job(tmp_path) as (ingestor, views, reader, _):
+        await anyio.to_thread.run_sync(ingestor.plan, 1, ["one"], None)
+        await views.briefing("CA", J, 2000)
+        states = {line.state.name for line in reader.lines.values()}
+        assert states == {"S"}
+
+
+def test_the_update_heading_is_what_scripted_teams_recognise() -> None:
+    from gliding.daemon.board import UPDATE_HEADING
+    from gliding.testing.latency import BOARD_UPDATE
+
+    assert UPDATE_HEADING.startswith(BOARD_UPDATE)

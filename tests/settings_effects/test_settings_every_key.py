@@ -148,6 +148,10 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "memory.recall.briefing_tokens": [
         "test_settings_memory.test_briefing_tokens_zero_leaves_the_blackboard_out_of_every_system_prompt",
         "test_settings_memory.test_briefing_tokens_positive_briefs_each_role_within_it"],
+    "memory.coherence.enabled": [
+        "test_settings_memory.test_coherence_enabled_runs_the_jobs_directory_and_false_leaves_it_out"],
+    "memory.coherence.lease_s": [
+        "test_settings_memory.test_coherence_lease_s_is_how_long_a_cache_trusts_a_line"],
     "mcp.servers": [
         "test_settings_mcp.test_mcp_servers_from_the_config_file_become_tool_groups",
         "test_settings_mcp.test_mcp_servers_from_the_environment_is_a_json_object"],

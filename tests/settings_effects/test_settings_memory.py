@@ -13,13 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from structlog.testing import capture_logs
 
+from gliding.bus.inproc import InProcessBus
 from gliding.config.settings import Settings
 from gliding.context.tokens import TokenCounter
+from gliding.daemon.board import job_board
 from gliding.daemon.runtime import blackboard_path, open_knowledge
 from gliding.errors import ConfigError
+from gliding.memory.archive import Archive
 from gliding.memory.backends import qdrant_vectors
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.backends.qdrant_vectors import QdrantVectorIndex
@@ -268,3 +272,67 @@ def test_briefing_tokens_positive_briefs_each_role_within_it(tmp: Path,
                if BRIEFING in text}
     assert {"CA", "AA"} <= set(briefed)  # DA's frame (check reports, artifacts) is empty yet
     assert all(0 < counter.count(text) <= limit for text in briefed.values()), briefed
+
+
+# --- memory.coherence.* -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("enabled", [None, "false"])
+def test_coherence_enabled_runs_the_jobs_directory_and_false_leaves_it_out(
+        tmp: Path, enabled: str | None) -> None:
+    env = dict(NO_VECTORS)
+    if enabled is not None:
+        env["GLIDING_MEMORY__COHERENCE__ENABLED"] = enabled
+    with capture_logs() as logs:
+        job = run_team(write_task(tmp, HELLO_TASK), settings_from(tmp, env))
+    assert job.handle.report.outcome == "success"
+    started = [e for e in logs if e["event"] == "coherence.directory.started"]
+    if enabled is None:
+        assert [e["space"] for e in started] == [job.handle.report.job]
+        assert started[0]["lease_s"] == DEFAULTS.coherence.lease_s
+    else:
+        assert started == []
+    nodes = OxigraphBlackboard.open(blackboard_path(tmp / "data"))
+    try:
+        assert nodes.count(graph=f"gliding://job/{job.handle.report.job}") > 0  # written either way
+    finally:
+        nodes.close()
+
+
+@pytest.mark.parametrize("lease", [None, "0.3"])
+def test_coherence_lease_s_is_how_long_a_cache_trusts_a_line(tmp: Path, lease: str | None
+                                                              ) -> None:
+    env = dict(NO_VECTORS)
+    if lease is not None:
+        env["GLIDING_MEMORY__COHERENCE__LEASE_S"] = lease
+    settings = settings_from(tmp, env)
+    expected = float(lease) if lease is not None else DEFAULTS.coherence.lease_s
+
+    async def held_for() -> float:
+        board = OxigraphBlackboard.in_memory()
+        async with InProcessBus() as bus, \
+                job_board(bus, board, Archive.open(tmp / "data", "j"), "j", settings, len,
+                          resumed=False) as jb:
+            assert jb is not None and jb.directory.lease_s == expected
+            cache = jb.views.cache
+            await cache.read("gliding://job/j/plan/1")
+            start = anyio.current_time()
+            while cache.peek("gliding://job/j/plan/1") is not None:
+                await anyio.sleep(0.05)
+            return anyio.current_time() - start
+
+    held = anyio.run(held_for) if lease is not None else None
+    if held is not None:
+        assert expected - 0.2 <= held <= expected + 0.3
+    else:  # the default: still trusted well past the short lease
+        async def still_held() -> bool:
+            board = OxigraphBlackboard.in_memory()
+            async with InProcessBus() as bus, \
+                    job_board(bus, board, Archive.open(tmp / "data", "j"), "j", settings, len,
+                          resumed=False) as jb:
+                assert jb is not None and jb.directory.lease_s == expected
+                await jb.views.cache.read("gliding://job/j/plan/1")
+                await anyio.sleep(0.6)
+                return jb.views.cache.peek("gliding://job/j/plan/1") is not None
+
+        assert anyio.run(still_held)

@@ -35,7 +35,9 @@ The directory, message by message:
 
 The cache: one operation in flight per line (a per-line lock; others wait for it). Request
 numbers come from one counter per cache, so an answer to an abandoned request can never be taken
-for a later one even after its line was forgotten. A request unanswered after ``timeout_s`` is
+for a later one even after its line was forgotten, and the directory drops a request whose
+number it has seen from that agent for that IRI (a repeated delivery: MQTT QoS 1 is at least
+once). A request unanswered after ``timeout_s`` is
 abandoned; a read is then asked again (``tries`` in all), a write raises ``CoherenceTimeout``.
 The cache trusts a line for ``lease_s - margin_s`` from its request (``margin_s`` covers clocks
 that run at different rates). ``capacity`` bounds the lines holding a value; the least recently
@@ -240,6 +242,7 @@ class DirectoryStats:
     dropped: int = 0
     departed: int = 0
     refused: int = 0
+    repeated: int = 0
 
 
 @dataclass(frozen=True)
@@ -278,6 +281,7 @@ class Directory:
         self.entries: dict[str, DirEntry] = {}
         self._limiter = anyio.CapacityLimiter(store_threads)
         self._loading: dict[str, list[DirEvent]] = {}
+        self._rids: dict[tuple[str, str], int] = {}  # (iri, agent) -> its last request number
         self._held: list[DirEvent] | None = []
         self._ready_at = math.inf
         self._send: MemoryObjectSendStream[_Item] | None = None
@@ -304,7 +308,8 @@ class Directory:
                 self._held = None
             tg.start_soon(self._tick)
             tg.start_soon(self._consume, receive, tg)
-            log.info("coherence.directory.started", space=self.space, grace_s=self.grace_s)
+            log.debug("coherence.directory.started", space=self.space, lease_s=self.lease_s,
+                     grace_s=self.grace_s)
             task_status.started()
             async for _, message in sub:
                 if not isinstance(message, CoherenceMsg):
@@ -350,7 +355,7 @@ class Directory:
         now = self.clock()
         if self._held is not None and now >= self._ready_at:
             held, self._held = self._held, None
-            log.info("coherence.directory.ready", space=self.space, held=len(held))
+            log.debug("coherence.directory.ready", space=self.space, held=len(held))
             for event in held:
                 await self._feed(event, tg)
         for iri, entry in list(self.entries.items()):
@@ -360,12 +365,19 @@ class Directory:
     async def _feed(self, event: DirEvent, tg: TaskGroup) -> None:
         if isinstance(event, Depart) and event.iri == _ALL:
             self.stats.departed += 1
+            self._rids = {k: v for k, v in self._rids.items() if k[1] != event.agent}
             for iri in list(self.entries):
                 await self._step(Depart(iri, event.agent), tg)
             for queued in self._loading.values():
                 queued.append(Depart(queued[0].iri, event.agent))
             return
         iri = event.iri
+        if isinstance(event, ReadMiss | WriteRequest):
+            seen = self._rids.get((iri, event.sender), 0)
+            if event.rid <= seen:  # a repeated delivery (MQTT is at least once): done already
+                self.stats.repeated += 1
+                return
+            self._rids[(iri, event.sender)] = event.rid
         if iri in self.entries:
             await self._step(event, tg)
         elif iri in self._loading:
@@ -560,14 +572,17 @@ class Cache:
         """One local operation on a locked line: the answer, or None once abandoned."""
         iri = event.iri
         line = self.lines.get(iri) or CacheLine(iri)
-        if line.state_at(self.clock()) is LineState.I or isinstance(event, LocalWrite):
-            line = replace(line, rid=next(self._rids) - 1)  # its next request: a fresh number
+        line = replace(line, rid=next(self._rids) - 1)  # a request it sends: a fresh number
         self.lines[iri] = line
         self.lines.move_to_end(iri)
         key = (iri, line.rid + 1)
         self._replies.expect(key)
         try:
-            done = await self._apply(iri, event)
+            try:
+                done = await self._apply(iri, event)
+            except BusError:  # not sent: the line must not wait for an answer
+                await self._apply(iri, Abandon(iri))
+                raise
             if done is not None:
                 self.stats.hits += 1
                 return done

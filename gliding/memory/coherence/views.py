@@ -4,7 +4,8 @@
 builds the same frame (``projection.FRAMES``: the node types a role is shown, those ``partOf``
 the job) from lines of a ``service.Cache``: the index lines of the frame's types
 (``ingest.index_iri``) name the members, and each member is read as its own line. So a view is
-current exactly while every line it used is valid in the cache: an invalidation from the
+current exactly while every line it used is valid in the cache (it reads them as Shared, a
+prefetch: never E, so another agent's read of the same line costs no downgrade): an invalidation from the
 directory (a teammate's write, in any process) drops it at once (``Cache.listen``), and a line
 whose lease ran out makes the next use rebuild it.
 
@@ -78,10 +79,11 @@ class CoherentViews:
         if known is not None and self.cache.holds(known.used):
             self.stats.reused += 1
             return known
-        index = await self.cache.read_many([index_iri(graph, t) for t in FRAME_TYPES[role]])
+        index = await self.cache.read_many([index_iri(graph, t) for t in FRAME_TYPES[role]],
+                                           shared=True)
         members = sorted({m for line in index.values() if line.value
                           for m in json.loads(line.value)})
-        read = await self.cache.read_many(members)
+        read = await self.cache.read_many(members, shared=True)
         nodes = {}
         for iri, line in read.items():
             if line.value is not None:

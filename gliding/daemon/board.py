@@ -1,0 +1,143 @@
+"""A job's blackboard under the coherence engine: what the composition root starts for it.
+
+With ``memory.coherence.enabled`` (the default) the job's process runs the job's coherence
+directory (``memory/coherence/service.py``) over the job's bus, storing through
+``coherence/nodes.JobNodeStore`` (L0 revisions, then the board), and two caches of its own:
+one that ingestion writes through, one that this process's agents read their views through
+(``coherence/views.CoherentViews``). So an agent's briefing is built from lines that are
+current, and between turns an agent is shown what teammates recorded since it last looked,
+changed nodes only (``BoardViews.updates``). A ``gliding worker`` running one of the job's
+sessions opens a cache of its own (``worker_views``) and reads the same lines over the broker.
+
+Agent ids carry a random suffix per process incarnation, so a restarted job never takes
+messages meant for its predecessor; a resumed job's directory waits one lease before answering
+(``Directory.grace_s``), so lines its predecessor granted have expired.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import structlog
+
+from gliding.bus.port import Bus
+from gliding.config.settings import Settings
+from gliding.errors import GlidingError
+from gliding.memory.archive import Archive
+from gliding.memory.blackboard import Blackboard
+from gliding.memory.coherence.nodes import JobNodeStore
+from gliding.memory.coherence.service import Cache, Directory
+from gliding.memory.coherence.views import CoherentViews
+
+log = structlog.get_logger("gliding.daemon")
+
+UPDATE_HEADING = "Blackboard update (recorded by the team since you last looked):"
+
+
+@dataclass
+class BoardViews:
+    """A job's blackboard as this process's agents see it, through one cache."""
+
+    job: str
+    views: CoherentViews
+    budget_tokens: int
+
+    @property
+    def graph(self) -> str:
+        return f"gliding://job/{self.job}"
+
+    async def briefing(self, role: str) -> str | None:
+        """The role's view through the cache; None when it cannot be built now (the caller
+        falls back to the board)."""
+        try:
+            return await self.views.briefing(role, self.graph, self.budget_tokens)
+        except GlidingError as exc:
+            log.warning("coherence.view.failed", job=self.job, role=role, error=exc.message)
+            return None
+
+    def updates(self, session: str, role: str) -> Callable[[], Awaitable[str]]:
+        """What an agent session is shown between turns: "" when nothing changed since it last
+        looked, else the new and changed lines under ``UPDATE_HEADING``. The first call only
+        notes what the session's briefing showed. After a failure (the directory did not
+        answer) the session gets no more updates, so a lost directory costs one timeout."""
+        state = {"first": True, "broken": False}
+
+        async def update() -> str:
+            if state["broken"] or self.budget_tokens <= 0:
+                return ""
+            try:
+                text = await self.views.update(session, role, self.graph, self.budget_tokens)
+            except GlidingError as exc:
+                state["broken"] = True
+                log.warning("coherence.view.failed", job=self.job, role=role, error=exc.message)
+                return ""
+            if state["first"]:
+                state["first"] = False
+                return ""
+            return f"{UPDATE_HEADING}\n{text}" if text else ""
+
+        return update
+
+    def end(self, session: str) -> None:
+        self.views.forget(session)
+
+
+@dataclass
+class JobBoard(BoardViews):
+    """The job's process's side: its directory and the cache ingestion writes through."""
+
+    directory: Directory
+    writer: Cache
+
+    def write(self, iri: str, jsonld: str) -> int:
+        """``Ingestor``'s writer: blocks the calling worker thread until acknowledged.
+
+        Raises:
+            CoherenceTimeout, BusError: as ``Cache.write``.
+        """
+        return anyio.from_thread.run(self.writer.write, iri, jsonld)
+
+
+@asynccontextmanager
+async def job_board(bus: Bus, board: Blackboard, archive: Archive, job: str,
+                    settings: Settings, count: Callable[[str], int], *,
+                    resumed: bool) -> AsyncIterator[JobBoard | None]:
+    """The job's directory and this process's caches while the context runs; None when
+    ``memory.coherence.enabled`` is off."""
+    config = settings.memory.coherence
+    if not config.enabled:
+        yield None
+        return
+    lease = config.lease_s
+    store = JobNodeStore(board, archive, job)
+    directory = Directory(bus, store, job, lease_s=lease, grace_s=lease if resumed else 0.0)
+    nonce = secrets.token_hex(4)
+    writer = Cache(bus, job, f"ingest.{nonce}", lease_s=lease, timeout_s=3 * lease)
+    reader = Cache(bus, job, f"agents.{nonce}", lease_s=lease, timeout_s=3 * lease)
+    async with anyio.create_task_group() as tg:
+        await tg.start(directory.serve)
+        await tg.start(writer.serve)
+        await tg.start(reader.serve)
+        yield JobBoard(job, CoherentViews(reader, count), settings.memory.recall.briefing_tokens,
+                       directory, writer)
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def worker_views(bus: Bus, job: str, agent: str, settings: Settings,
+                       count: Callable[[str], int]) -> AsyncIterator[BoardViews | None]:
+    """A worker's cache of ``job``'s board (the job's process serves the directory), as
+    ``agent`` (unique per worker process and session); None when coherence is off here."""
+    config = settings.memory.coherence
+    if not config.enabled:
+        yield None
+        return
+    cache = Cache(bus, job, agent, lease_s=config.lease_s, timeout_s=3 * config.lease_s)
+    async with anyio.create_task_group() as tg:
+        await tg.start(cache.serve)
+        yield BoardViews(job, CoherentViews(cache, count), settings.memory.recall.briefing_tokens)
+        tg.cancel_scope.cancel()
