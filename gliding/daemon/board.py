@@ -122,8 +122,9 @@ async def job_board(bus: Bus, board: Blackboard, archive: Archive, job: str,
         await tg.start(directory.serve)
         await tg.start(writer.serve)
         await tg.start(reader.serve)
-        yield JobBoard(job, CoherentViews(reader, count), settings.memory.recall.briefing_tokens,
-                       directory, writer)
+        views = CoherentViews(reader, count)
+        await tg.start(views.serve)
+        yield JobBoard(job, views, settings.memory.recall.briefing_tokens, directory, writer)
         tg.cancel_scope.cancel()
 
 
@@ -136,8 +137,11 @@ async def worker_views(bus: Bus, job: str, agent: str, settings: Settings,
     if not config.enabled:
         yield None
         return
-    cache = Cache(bus, job, agent, lease_s=config.lease_s, timeout_s=3 * config.lease_s)
+    # one try, past the grace of a restarting directory: a lost job costs a session one wait
+    cache = Cache(bus, job, agent, lease_s=config.lease_s, timeout_s=2 * config.lease_s, tries=1)
     async with anyio.create_task_group() as tg:
         await tg.start(cache.serve)
-        yield BoardViews(job, CoherentViews(cache, count), settings.memory.recall.briefing_tokens)
+        views = CoherentViews(cache, count)
+        await tg.start(views.serve)
+        yield BoardViews(job, views, settings.memory.recall.briefing_tokens)
         tg.cancel_scope.cancel()

@@ -123,3 +123,23 @@ def test_the_update_heading_is_what_scripted_teams_recognise() -> None:
     from gliding.testing.latency import BOARD_UPDATE
 
     assert UPDATE_HEADING.startswith(BOARD_UPDATE)
+
+
+async def test_an_invalidated_line_of_a_view_is_read_again_before_it_is_asked_for(
+        tmp_path: Path) -> None:
+    async with job(tmp_path) as (ingestor, views, reader, _):
+        async with anyio.create_task_group() as tg:
+            await tg.start(views.serve)
+            await anyio.to_thread.run_sync(ingestor.plan, 1, ["one"], None)
+            await views.update("s", "CA", J, 2000)
+            misses = reader.stats.misses
+            await anyio.to_thread.run_sync(ingestor.artifact, "a.txt", f"{J}/result/r1")
+            with anyio.fail_after(5):
+                while views.stats.prefetched == 0:
+                    await anyio.sleep(0.01)
+            assert reader.peek(index_iri(J, "Artifact")) is not None, "warm again, as Shared"
+            change = await views.update("s", "CA", J, 2000)
+            assert change.startswith("Artifact <")
+            assert reader.stats.misses - misses == views.stats.prefetched + 1, \
+                "only the new member was a miss at the update; the index came prefetched"
+            tg.cancel_scope.cancel()

@@ -4,10 +4,15 @@
 builds the same frame (``projection.FRAMES``: the node types a role is shown, those ``partOf``
 the job) from lines of a ``service.Cache``: the index lines of the frame's types
 (``ingest.index_iri``) name the members, and each member is read as its own line. So a view is
-current exactly while every line it used is valid in the cache (it reads them as Shared, a
-prefetch: never E, so another agent's read of the same line costs no downgrade): an invalidation from the
+current exactly while every line it used is valid in the cache: an invalidation from the
 directory (a teammate's write, in any process) drops it at once (``Cache.listen``), and a line
-whose lease ran out makes the next use rebuild it.
+whose lease ran out makes the next use rebuild it. Lines are read as Shared, never E, so
+another agent reading the same line costs no downgrade round trip.
+
+Prefetch: ``serve`` (run it beside the cache) reads every line a view used again, as Shared,
+as soon as the directory invalidates it, so the next ``view`` or ``update`` finds the new
+version in the cache instead of waiting for it at the agent's next turn. A prefetch that fails
+costs only itself.
 
 ``update(session, ...)`` is what an agent is shown between turns: the first call of a session
 gives the whole view (the briefing), every later one only the lines that are new or changed
@@ -18,14 +23,23 @@ against what re-sending the whole view each time would have cost, in tokens.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
+
+from gliding.errors import GlidingError
 from gliding.memory.coherence.service import Cache
 from gliding.memory.ingest import index_iri
 from gliding.memory.projection import FRAMES
 from gliding.memory.vocabulary import VocabularyError, from_jsonld
+
+log = structlog.get_logger("gliding.memory")
 
 FRAME_TYPES: dict[str, tuple[str, ...]] = {
     role: tuple(t.strip().removeprefix("gl:") for t in frame["types"].split(","))
@@ -39,6 +53,7 @@ class ViewStats:
     rebuilt: int = 0
     reused: int = 0
     invalidated: int = 0
+    prefetched: int = 0  # lines read again, as Shared, right after their invalidation
     updates: int = 0  # update() calls after a session's first look
     full_tokens: int = 0  # what re-sending the whole view at each of those would have cost
     sent_tokens: int = 0  # what they sent: the changed lines only
@@ -63,9 +78,24 @@ class CoherentViews:
     stats: ViewStats = field(default_factory=ViewStats)
     _views: dict[tuple[str, str, int], View] = field(default_factory=dict)
     _shown: dict[str, dict[str, str]] = field(default_factory=dict)
+    _again: MemoryObjectSendStream[str] | None = None
 
     def __post_init__(self) -> None:
         self.cache.listen(self._invalidate)
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Prefetch invalidated lines of views until cancelled (see the module docstring)."""
+        send, receive = anyio.create_memory_object_stream[str](math.inf)
+        self._again = send
+        with send, receive:
+            task_status.started()
+            async for iri in receive:
+                try:
+                    await self.cache.read(iri, shared=True)
+                except GlidingError as exc:
+                    log.debug("coherence.prefetch.failed", iri=iri, error=exc.message)
+                else:
+                    self.stats.prefetched += 1
 
     async def view(self, role: str, graph: str, budget_tokens: int) -> View:
         """``role``'s view of the job graph ``graph``, cut to ``budget_tokens``.
@@ -124,6 +154,8 @@ class CoherentViews:
         for key in stale:
             del self._views[key]
         self.stats.invalidated += len(stale)
+        if stale and self._again is not None:
+            self._again.send_nowait(iri)
 
 
 def render_lines(nodes: Mapping[str, Mapping[str, Any]], budget_tokens: int,
