@@ -93,6 +93,7 @@ def report_dict(report: JobReport, *, archive: str, model: str) -> dict[str, Any
         },
         "resumed": report.resumed,
         "workspace_changed": report.workspace_changed,
+        "board_updates": dict(report.board_updates),
         "wall_s": round(report.wall_s, 3),
         "archive": archive,
     }
