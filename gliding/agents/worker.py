@@ -99,9 +99,9 @@ class JobAgents:
 class BoardUpdates(Protocol):
     """The job's blackboard as a session sees it change (``daemon/board.JobBoard``)."""
 
-    def updates(self, session: str, role: str) -> Callable[[], Awaitable[str]]:
-        """A callable giving, at each call after the first, what changed since the last ("" if
-        nothing); the first call notes what the session's briefing showed."""
+    def updates(self, session: str, role: str, briefing: str) -> Callable[[], Awaitable[str]]:
+        """A callable giving what changed since the session last looked ("" if nothing): the
+        first time, since ``briefing`` (what its system prompt shows)."""
         ...
 
     def end(self, session: str) -> None:
@@ -173,8 +173,7 @@ class AgentWorker:
         briefing = await kit.briefing(a) if kit.briefing is not None else ""
         update, seen = None, f"{session_of(a) or a.role}@{a.cycle}.{a.attempt}.{a.turn_base}"
         if kit.board is not None:
-            update = kit.board.updates(seen, a.role)
-            await update()  # what the briefing showed: later calls send what changed
+            update = kit.board.updates(seen, a.role, briefing)
         on_demand = {name: kit.tools.toolset([name]) for name in spec.tool_groups_on_demand
                      if name not in kit.tools.unavailable and kit.tools.group(name)}
         env = AgentEnv(

@@ -22,11 +22,13 @@ incarnation (a new agent id ``p<k>.i<inc>``) started for the operations it still
 mode, each key's stored value is added as a final read, so a lost write shows up in the check.
 
 Counters (messages published, store reads, cache hits) are rewritten by each process every
-``COUNTER_PERIOD_S`` and at exit; a killed process loses at most that last period's counts.
+``coherence_procs.COUNTER_PERIOD_S`` and at exit; a killed process loses at most that last
+period's counts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -35,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AsyncExitStack, ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -42,110 +45,24 @@ from typing import Any, Literal
 import anyio
 from anyio.abc import Process
 
+from gliding.bench.coherence_procs import (
+    CoherenceBenchError,
+    Kind,
+    RegisterStore,
+    agent_id,
+    key_iri,
+)
 from gliding.bench.stats import percentile
 from gliding.errors import GlidingError
 from gliding.memory.coherence.linearizability import Operation, Result, check
+from gliding.memory.coherence.service import announce_departure
 
-GRAPH = "gliding://bench/coherence"
 MODES = ("mesi", "no_cache", "broadcast_invalidation")
-COUNTER_PERIOD_S = 0.5
 POLL_S = 0.05
 READY_TIMEOUT_S = 60.0
-Kind = Literal["read", "write"]
 
 
-class CoherenceBenchError(GlidingError):
-    code = "bench.coherence"
-
-
-def key_iri(i: int) -> str:
-    return f"gliding://bench/coherence/node/{i}"
-
-
-def agent_id(process: int, incarnation: int) -> str:
-    """A process incarnation's agent id (a valid MQTT topic level)."""
-    return f"p{process}.i{incarnation}"
-
-
-# --- the store ----------------------------------------------------------------------------------
-
-
-def encode(iri: str, version: int, value: str | None) -> dict[str, Any]:
-    """The blackboard node of one register."""
-    return {"@id": iri, "@type": "Fact", "text": json.dumps({"version": version, "value": value})}
-
-
-def decode(node: dict[str, Any] | None) -> tuple[int, str | None]:
-    """A register's (version, value) from its node; (0, None) when absent.
-
-    Raises:
-        CoherenceBenchError: the node is not one ``encode`` wrote.
-    """
-    if node is None:
-        return 0, None
-    try:
-        body = json.loads(node["text"])
-        version, value = int(body["version"]), body["value"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CoherenceBenchError(f"{node.get('@id')} is not a register node: {exc}") from exc
-    if value is not None and not isinstance(value, str):
-        raise CoherenceBenchError(f"{node.get('@id')} holds a non-string value")
-    return version, value
-
-
-class RegisterStore:
-    """A ``NodeStore`` of versioned registers on a SPARQL endpoint (``oxigraph serve``).
-
-    Counts its ``loads`` and ``saves``. Blocking, like the blackboard it wraps.
-    """
-
-    def __init__(self, board: Any, graph: str = GRAPH) -> None:
-        self.board, self.graph = board, graph
-        self.loads = 0
-        self.saves = 0
-
-    @classmethod
-    def for_oxigraph(cls, base_url: str) -> RegisterStore:
-        from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
-
-        return cls(SparqlEndpointBlackboard.for_oxigraph(base_url))
-
-    def load(self, iri: str) -> tuple[int, str | None]:
-        """Raises:
-            GlidingError: the endpoint could not be read, or the node is not a register.
-        """
-        self.loads += 1
-        return decode(self.board.get(iri, graph=self.graph))
-
-    def save(self, iri: str, version: int, value: str | None) -> None:
-        """Raises:
-            GlidingError: the endpoint could not be written.
-        """
-        self.saves += 1
-        self.board.put(encode(iri, version, value), graph=self.graph)
-
-
-# --- workload and kill schedule -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Step:
-    kind: Kind
-    key: str
-
-
-def workload(seed: int, process: int, ops: int, keys: int, write_ratio: float) -> list[Step]:
-    """Process ``process``'s operations: a uniform key, a write with ``write_ratio``."""
-    rng = random.Random(f"coherence/{seed}/{process}")
-    steps = []
-    for _ in range(ops):
-        key = key_iri(rng.randrange(keys))
-        steps.append(Step("write" if rng.random() < write_ratio else "read", key))
-    return steps
-
-
-def write_value(process: int, incarnation: int, n: int) -> str:
-    return f"p{process}.i{incarnation}.{n}"
+# --- the kill schedule --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -168,18 +85,6 @@ def kill_schedule(seed: int, total_ops: int, kills: int, directory_kills: int) -
 
 
 # --- history ------------------------------------------------------------------------------------
-
-
-def call_line(op: str, process: int, agent: str, step: Step, value: str | None,
-              at: float) -> bytes:
-    return (json.dumps({"t": "call", "op": op, "p": process, "agent": agent, "key": step.key,
-                        "kind": step.kind, "value": value, "at": at}) + "\n").encode()
-
-
-def ret_line(op: str, at: float, *, ok: bool, value: str | None = None, version: int = 0,
-             hit: bool = False, error: str | None = None) -> bytes:
-    return (json.dumps({"t": "ret", "op": op, "at": at, "ok": ok, "value": value,
-                        "version": version, "hit": hit, "error": error}) + "\n").encode()
 
 
 @dataclass(frozen=True)
@@ -259,6 +164,11 @@ def _ms(values: Sequence[float]) -> dict[str, float]:
             "p99": round(percentile(values, 99) * 1000, 3)}
 
 
+def _mean_ms(counters: dict[str, int], micros: str, count: str) -> float:
+    n = counters.get(count, 0)
+    return round(counters.get(micros, 0) / n / 1000, 3) if n else 0.0
+
+
 def checker_summary(result: Result, seconds: float) -> dict[str, Any]:
     return {"ok": result.ok, "keys_checked": result.keys_checked,
             "operations": result.operations, "violations": len(result.violations),
@@ -285,6 +195,8 @@ def mode_metrics(records: Sequence[Record], counters: dict[str, int], lost: int,
         "write_latency_ms": _ms([r.ret - r.call for r in writes if r.ret is not None]),
         "store_reads": counters.get("store_reads", 0),
         "store_writes": counters.get("store_writes", 0),
+        "store_save_ms_mean": _mean_ms(counters, "store_save_us", "store_writes"),
+        "store_load_ms_mean": _mean_ms(counters, "store_load_us", "store_reads"),
         "cache_hit_rate": round(hits / len(reads), 4) if reads else 0.0,
         "violations": checked["violations"], "lost_acked_writes": lost,
         "checker_timed_out": bool(checked["timed_out_keys"]),
@@ -420,23 +332,24 @@ async def _reap(process: Process) -> None:
 
 
 async def _kill_client(run: _Run, kill: Kill, bus: Any, say: Callable[[str], None]) -> None:
-    from gliding.bus import topics
-    from gliding.bus.messages import CoherenceMsg
 
     running = sorted(p for p in run.clients if p not in run.finished)
     if not running:
         return
     process = running[kill.pick % len(running)]
     proc = run.clients[process]
-    proc.send_signal(signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):  # it may have just exited
+        proc.send_signal(signal.SIGKILL)
     await proc.wait()
     _tail(run, process)
+    if proc.returncode == 0:  # it finished before the signal: nothing to kill
+        run.finished.add(process)
+        return
     agent = agent_id(process, run.incarnation[process])
     run.kills += 1
     if bus is not None:
         run.departs += 1
-        await bus.publish(topics.coherence_directory(run.space),
-                          CoherenceMsg(kind="depart", iri="*", sender=agent))
+        await announce_departure(bus, run.space, agent)
     owed = run.settings.ops - run.calls.get(process, 0)
     say(f"{run.mode}: killed client {agent} at {sum(run.calls.values())} ops called; "
         f"restarting it for {owed} more")
@@ -502,14 +415,14 @@ async def _drive(run: _Run, schedule: list[Kill], bus: Any, say: Callable[[str],
 
 async def _run_mode(mode: str, s: BenchSettings, broker: str, base: Path, bus: Any,
                     say: Callable[[str], None]) -> dict[str, Any]:
-    from gliding.testing.servers import oxigraph_serve
+    from gliding.bench.coherence_procs import oxigraph_server
 
     root = base / mode
     (root / "counters").mkdir(parents=True)
     schedule = kill_schedule(s.seed, s.processes * s.ops, s.kills,
                              s.directory_kills if mode == "mesi" else 0)
     started = time.monotonic()
-    with oxigraph_serve(root / "oxigraph", log=root / "oxigraph.log") as store_url:
+    async with oxigraph_server(root / "oxigraph", root / "oxigraph.log") as store_url:
         run = _Run(mode, f"bench{s.seed}-{mode}", store_url, broker, root, s)
         try:
             if mode == "mesi":
@@ -560,12 +473,18 @@ async def _run_mode(mode: str, s: BenchSettings, broker: str, base: Path, bus: A
     return metrics
 
 
-async def _run_all(s: BenchSettings, broker: str, base: Path,
+async def _run_all(s: BenchSettings, base: Path,
                    say: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    from gliding.bench.coherence_procs import mosquitto_server
     from gliding.bus.mqtt import MQTTBus
 
-    out: dict[str, dict[str, Any]] = {}
-    async with MQTTBus(broker) as bus:
+    async with AsyncExitStack() as stack:
+        broker = s.broker
+        if broker is None:
+            (base / "mosquitto").mkdir(exist_ok=True)
+            broker = await stack.enter_async_context(mosquitto_server(base / "mosquitto"))
+        out: dict[str, dict[str, Any]] = {}
+        bus = await stack.enter_async_context(MQTTBus(broker))
         for mode in s.modes:
             out[mode] = await _run_mode(mode, s, broker, base, bus, say)
     return out
@@ -578,27 +497,17 @@ def run_coherence_bench(s: BenchSettings, *,
     Raises:
         CoherenceBenchError: a process failed or a server did not start.
     """
-    from contextlib import ExitStack
-
-    from gliding.testing.servers import mosquitto
-
     if "mesi" not in s.modes:
         raise CoherenceBenchError("the modes must include mesi", hint="add mesi to --modes")
     with ExitStack() as stack:
-        broker = s.broker
-        if broker is None:
-            try:
-                broker = stack.enter_context(mosquitto()).url
-            except (FileNotFoundError, RuntimeError) as exc:
-                raise CoherenceBenchError(str(exc), hint="or pass --broker URL") from exc
         if s.workdir is not None:
             base = s.workdir
             base.mkdir(parents=True, exist_ok=True)
         else:
             base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gliding-coh-")))
         try:
-            modes = anyio.run(_run_all, s, broker, base, progress)
-        except (FileNotFoundError, RuntimeError, OSError) as exc:
+            modes = anyio.run(_run_all, s, base, progress)
+        except OSError as exc:
             raise CoherenceBenchError(f"the coherence bench could not run: {exc}") from exc
     mesi = modes["mesi"]
     no_cache = modes.get("no_cache")

@@ -40,6 +40,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     PositiveInt,
     TypeAdapter,
@@ -253,7 +254,8 @@ class WorkItem(_Message):
     model: str
     briefing: str = ""
     origin: str = ""  # the data directory of the job's process (a worker on its host shares it)
-    coherence: bool = False  # the job runs a coherence directory: a worker may read its board
+    # > 0: the job runs a coherence directory with this lease (a worker may read its board)
+    coherence_lease_s: NonNegativeFloat = 0.0
 
 
 class Claim(_Message):

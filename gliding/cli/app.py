@@ -796,6 +796,75 @@ def bench_memory(
     _write_result(result, out, result)
 
 
+@bench_app.command("coherence")
+def bench_coherence(
+    processes: int = typer.Option(4, "--processes", help="Client processes per mode."),
+    ops: int = typer.Option(10_000, "--ops", help="Operations per client process."),
+    keys: int = typer.Option(100, "--keys", help="Registers (blackboard nodes)."),
+    write_ratio: float = typer.Option(0.25, "--write-ratio", help="Share of writes."),
+    kills: int = typer.Option(8, "--kills", help="Client SIGKILLs per mode (then restarts)."),
+    directory_kills: int = typer.Option(1, "--directory-kills",
+                                        help="Directory SIGKILLs in the mesi run."),
+    lease: float = typer.Option(1.0, "--lease", help="Coherence lease, seconds."),
+    seed: int = typer.Option(0, "--seed", help="Seeds the workload and the kill schedule."),
+    broker: str | None = typer.Option(None, "--broker",
+                                      help="mqtt://host:port (default: start mosquitto)."),
+    protocol: str = typer.Option(
+        "mesi", "--protocol", help="mesi, or broken: a testing flag, a directory that never "
+        "invalidates (the bench must then report violations and fail)."),
+    modes: str = typer.Option(",".join(("mesi", "no_cache", "broadcast_invalidation")),
+                              "--modes", help="Comma-separated; mesi is required."),
+    check_timeout: float = typer.Option(120.0, "--check-timeout",
+                                        help="Linearizability search budget per key, s."),
+    workdir: Path | None = typer.Option(None, "--workdir",
+                                        help="Keep histories and logs here (default: temp)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
+) -> None:
+    """MESI coherence under kill -9: N client processes, a directory process, real mosquitto
+    and oxigraph, a linearizability check; baselines no_cache and broadcast_invalidation.
+    Exits 1 when the mesi run has a violation, a lost acknowledged write or a checker
+    timeout."""
+    from gliding.errors import GlidingError, UsageError
+
+    try:
+        from gliding.bench.coherence import MODES, BenchSettings, failures, run_coherence_bench
+
+        _settings()
+        _bounded("--processes", processes, 1, 64)
+        _bounded("--ops", ops, 1, 10_000_000)
+        _bounded("--keys", keys, 1, 100_000)
+        _bounded("--write-ratio", write_ratio, 0, 1)
+        _bounded("--kills", kills, 0, 10_000)
+        _bounded("--directory-kills", directory_kills, 0, 1000)
+        _bounded("--lease", lease, 0.05, 60)
+        _bounded("--check-timeout", check_timeout, 0.1, 86_400)
+        chosen = tuple(m.strip() for m in modes.split(",") if m.strip())
+        if protocol not in ("mesi", "broken"):
+            raise UsageError(f"unknown --protocol {protocol!r}", hint="use mesi or broken")
+        if "mesi" not in chosen or set(chosen) - set(MODES):
+            raise UsageError(f"bad --modes {modes!r}", hint=f"mesi plus any of {', '.join(MODES)}")
+        settings = BenchSettings(
+            processes=processes, ops=ops, keys=keys, write_ratio=write_ratio, seed=seed,
+            kills=kills, directory_kills=directory_kills, lease_s=lease,
+            protocol=cast(Any, protocol), broker=broker, modes=chosen,
+            check_timeout_s=check_timeout, workdir=workdir)
+        result = run_coherence_bench(settings,
+                                     progress=lambda line: _say(line, event="bench.progress"))
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    summary = {k: v for k, v in result.items() if k not in ("mesi", "baselines", "checker")}
+    summary["modes"] = {name: {k: v for k, v in m.items() if k not in ("counters", "checker")}
+                        for name, m in [("mesi", result["mesi"]), *result["baselines"].items()]}
+    _write_result(result, out, summary)
+    failed = failures(result)
+    if failed:
+        _say(f"error: the mesi run is not coherent: {'; '.join(failed)}"
+             + (f" (e.g. {result['checker']['examples'][0]})" if result["checker"]["examples"]
+                else ""), event="bench.coherence.failed", level="error", failures=failed)
+        raise typer.Exit(1)
+
+
 def _write_result(result: dict[str, Any], out: Path | None, summary: dict[str, Any]) -> None:
     """The whole result to ``out`` (when given) and ``summary`` to stdout, else all to stdout."""
     text = json.dumps(result, indent=2)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import structlog
@@ -45,38 +45,42 @@ class BoardViews:
     job: str
     views: CoherentViews
     budget_tokens: int
+    # the directory did not answer once: briefings come from the board from then on
+    failed: bool = field(default=False, kw_only=True)
 
     @property
     def graph(self) -> str:
         return f"gliding://job/{self.job}"
 
     async def briefing(self, role: str) -> str | None:
-        """The role's view through the cache; None when it cannot be built now (the caller
-        falls back to the board)."""
+        """The role's view through the cache; None when it cannot be built (the caller falls
+        back to the board), and from then on without asking again."""
+        if self.failed:
+            return None
         try:
             return await self.views.briefing(role, self.graph, self.budget_tokens)
         except GlidingError as exc:
+            self.failed = True
             log.warning("coherence.view.failed", job=self.job, role=role, error=exc.message)
             return None
 
-    def updates(self, session: str, role: str) -> Callable[[], Awaitable[str]]:
+    def updates(self, session: str, role: str, briefing: str) -> Callable[[], Awaitable[str]]:
         """What an agent session is shown between turns: "" when nothing changed since it last
-        looked, else the new and changed lines under ``UPDATE_HEADING``. The first call only
-        notes what the session's briefing showed. After a failure (the directory did not
-        answer) the session gets no more updates, so a lost directory costs one timeout."""
-        state = {"first": True, "broken": False}
+        looked (``briefing``, its system prompt's board part, the first time), else the new
+        and changed lines under ``UPDATE_HEADING``. After a failure (the directory did not
+        answer) the session gets no more updates, so a lost directory costs it one wait."""
+        self.views.shown(session, briefing)
+        broken = False
 
         async def update() -> str:
-            if state["broken"] or self.budget_tokens <= 0:
+            nonlocal broken
+            if broken or self.failed or self.budget_tokens <= 0:
                 return ""
             try:
                 text = await self.views.update(session, role, self.graph, self.budget_tokens)
             except GlidingError as exc:
-                state["broken"] = True
+                broken = True
                 log.warning("coherence.view.failed", job=self.job, role=role, error=exc.message)
-                return ""
-            if state["first"]:
-                state["first"] = False
                 return ""
             return f"{UPDATE_HEADING}\n{text}" if text else ""
 
@@ -117,7 +121,7 @@ async def job_board(bus: Bus, board: Blackboard, archive: Archive, job: str,
     directory = Directory(bus, store, job, lease_s=lease, grace_s=lease if resumed else 0.0)
     nonce = secrets.token_hex(4)
     writer = Cache(bus, job, f"ingest.{nonce}", lease_s=lease, timeout_s=3 * lease)
-    reader = Cache(bus, job, f"agents.{nonce}", lease_s=lease, timeout_s=3 * lease)
+    reader = Cache(bus, job, f"agents.{nonce}", lease_s=lease, timeout_s=2 * lease, tries=1)
     async with anyio.create_task_group() as tg:
         await tg.start(directory.serve)
         await tg.start(writer.serve)
@@ -129,19 +133,24 @@ async def job_board(bus: Bus, board: Blackboard, archive: Archive, job: str,
 
 
 @asynccontextmanager
-async def worker_views(bus: Bus, job: str, agent: str, settings: Settings,
+async def worker_views(bus: Bus, job: str, agent: str, lease_s: float, settings: Settings,
                        count: Callable[[str], int]) -> AsyncIterator[BoardViews | None]:
-    """A worker's cache of ``job``'s board (the job's process serves the directory), as
-    ``agent`` (unique per worker process and session); None when coherence is off here."""
-    config = settings.memory.coherence
-    if not config.enabled:
+    """A worker's cache of ``job``'s board (the job's process serves the directory, whose lease
+    is ``lease_s``), as ``agent`` (unique per worker process and session); None when coherence
+    is off here. At the end the cache tells the directory it is gone (``depart``), so writes
+    of the lines it held need not wait for its lease."""
+    if not settings.memory.coherence.enabled:
         yield None
         return
     # one try, past the grace of a restarting directory: a lost job costs a session one wait
-    cache = Cache(bus, job, agent, lease_s=config.lease_s, timeout_s=2 * config.lease_s, tries=1)
-    async with anyio.create_task_group() as tg:
-        await tg.start(cache.serve)
-        views = CoherentViews(cache, count)
-        await tg.start(views.serve)
-        yield BoardViews(job, views, settings.memory.recall.briefing_tokens)
-        tg.cancel_scope.cancel()
+    cache = Cache(bus, job, agent, lease_s=lease_s, timeout_s=2 * lease_s, tries=1)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(cache.serve)
+            views = CoherentViews(cache, count)
+            await tg.start(views.serve)
+            yield BoardViews(job, views, settings.memory.recall.briefing_tokens)
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await cache.leave()

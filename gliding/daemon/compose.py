@@ -506,7 +506,8 @@ async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *, resumed: bool
                             origin=os.path.realpath(settings.data_dir),
                             lease_s=settings.daemon.lease_s, briefing=worker.kit.briefing,
                             expect_s=1.5 * settings.daemon.heartbeat_s if resumed else 0.0,
-                            coherence=worker.kit.board is not None)
+                            coherence_lease_s=settings.memory.coherence.lease_s
+                            if worker.kit.board is not None else 0.0)
     server = ArchiveServer(bus, LocalArchive(archive, settings.data_dir))
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)

@@ -240,10 +240,10 @@ class WorkerService:
                 return briefing_text
 
             board = None
-            if item.coherence:  # what changes between its turns, too
+            if item.coherence_lease_s > 0:  # what changes between its turns, too
                 agent = f"{_topic_safe(self.name)}.{secrets.token_hex(4)}"
-                board = await stack.enter_async_context(
-                    worker_views(self.bus, job, agent, settings, rt.counter.count))
+                board = await stack.enter_async_context(worker_views(
+                    self.bus, job, agent, item.coherence_lease_s, settings, rt.counter.count))
             await tools.open()
             stack.push_async_callback(tools.aclose)
             yield JobAgents(job=job, workspace=task.workspace, llm=await self._llm(item.model),

@@ -109,7 +109,6 @@ class Ingestor:
         index line when first written."""
         self.board = board
         self.writer = writer
-        self._members: dict[str, list[str]] = {}  # indexed type -> its index line as written
         self.on_write = on_write  # e.g. Projector.invalidate: views that used a node go stale
         self.archive = archive
         self.job = job
@@ -201,16 +200,13 @@ class Ingestor:
             self._queue.append(node)
             return iri
         revision = self.writer(iri, text)
-        self._revisions[iri] = (revision, digest)
         kind = str(node.get("@type"))
         if known is None and kind in INDEXED and "partOf" in node:
-            members = self._members.get(kind)
-            if members is None:  # first use: what the board holds (this node, a resumed job's)
-                members = index_members(self.board, self.graph, kind)
-            members = sorted({*members, iri})
-            if members != self._members.get(kind):
-                self.writer(index_iri(self.graph, kind), json.dumps(members))
-                self._members[kind] = members
+            # the members as the board holds them now (this node, any resumed job's, any
+            # whose index write failed before), so one failure is mended by the next member
+            members = sorted({*index_members(self.board, self.graph, kind), iri})
+            self.writer(index_iri(self.graph, kind), json.dumps(members))
+        self._revisions[iri] = (revision, digest)  # after the index: a failure writes it again
         if self.on_write is not None:
             self.on_write(iri, kind)
         return iri

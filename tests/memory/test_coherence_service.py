@@ -225,3 +225,29 @@ async def test_a_request_that_cannot_be_sent_leaves_the_line_free() -> None:
     with pytest.raises(BusError):
         await cache.read(X)
     assert cache.lines == {}
+
+
+async def test_read_many_raises_the_first_error_itself_after_every_read_ran() -> None:
+    async with InProcessBus() as bus, anyio.create_task_group() as tg:
+        cache = Cache(bus, "nobody", "a", lease_s=LEASE, timeout_s=0.1, tries=1)
+        await tg.start(cache.serve)
+        with pytest.raises(CoherenceTimeout):  # not an ExceptionGroup
+            await cache.read_many([X, Y, Z])
+        assert cache.stats.abandoned == 3 and cache.lines == {}
+        tg.cancel_scope.cancel()
+
+
+async def test_a_cancelled_operation_leaves_its_line_free_for_the_next() -> None:
+    async with InProcessBus() as bus, system(bus, None, "a") as (_, (a,)):
+        a.timeout_s = 5.0
+        other = Cache(bus, "nobody", "a2", lease_s=LEASE, timeout_s=5.0)
+        with anyio.move_on_after(0.05):
+            await other.read(X)  # nobody answers; cancelled while it waits
+        assert other.lines == {}, "nothing waits on the line any more"
+        async with anyio.create_task_group() as tg:
+            await tg.start(other.serve)
+            with pytest.raises(CoherenceTimeout):  # asks again at once, not after a Retry
+                other.timeout_s, other.tries = 0.1, 1
+                await other.read(X)
+            tg.cancel_scope.cancel()
+        assert await a.write(X, "after") == 1

@@ -12,14 +12,17 @@ import anyio
 import pytest
 
 from gliding.bus.inproc import InProcessBus
+from gliding.config.settings import Settings
+from gliding.daemon.board import worker_views
 from gliding.memory.archive import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.coherence.nodes import JobNodeStore
-from gliding.memory.coherence.service import Cache, Directory
+from gliding.memory.coherence.service import Cache, CoherenceTimeout, Directory
 from gliding.memory.coherence.views import CoherentViews
 from gliding.memory.ingest import Ingestor, index_iri, latest_revisions
 from gliding.memory.projection import Projector
 from gliding.memory.vocabulary import from_jsonld
+from gliding.testing.coherence import MemoryNodeStore
 
 pytestmark = pytest.mark.anyio
 J = "gliding://job/j"
@@ -143,3 +146,51 @@ async def test_an_invalidated_line_of_a_view_is_read_again_before_it_is_asked_fo
             assert reader.stats.misses - misses == views.stats.prefetched + 1, \
                 "only the new member was a miss at the update; the index came prefetched"
             tg.cancel_scope.cancel()
+
+
+async def test_a_session_is_sent_what_differs_from_its_briefing(tmp_path: Path) -> None:
+    async with job(tmp_path) as (ingestor, views, _, _):
+        await anyio.to_thread.run_sync(ingestor.plan, 1, ["one"], None)
+        briefing = await views.briefing("CA", J, 2000)
+        views.shown("s", f"Blackboard (what the team recorded so far):\n{briefing}")
+        await anyio.to_thread.run_sync(ingestor.artifact, "a.txt", f"{J}/result/r1")
+        change = await views.update("s", "CA", J, 2000)  # its first look: only the news
+        assert change.startswith("Artifact <") and "Step <" not in change
+
+
+async def test_a_failed_index_write_is_mended_when_the_node_is_written_again(
+        tmp_path: Path) -> None:
+    async with job(tmp_path) as (ingestor, views, _, store):
+        write = ingestor.writer
+        assert write is not None
+        failures = [1]
+
+        def flaky(iri: str, text: str) -> int:
+            if "/index/" in iri and failures:
+                failures.pop()
+                raise CoherenceTimeout("no answer (a test said so)")
+            return write(iri, text)
+
+        ingestor.writer = flaky
+        node = {"@id": f"{J}/artifact/a.txt", "@type": "Artifact", "path": "a.txt",
+                "partOf": J}
+        with pytest.raises(CoherenceTimeout):
+            await anyio.to_thread.run_sync(ingestor.put, node)
+        await anyio.to_thread.run_sync(ingestor.put, node)
+        assert f"{J}/artifact/a.txt" in await views.briefing("CA", J, 2000)
+
+
+async def test_a_workers_cache_departs_when_its_session_ends() -> None:
+    settings = Settings()
+    async with InProcessBus() as bus, anyio.create_task_group() as tg:
+        directory = Directory(bus, MemoryNodeStore(), "j", lease_s=2.0, grace_s=0)
+        await tg.start(directory.serve)
+        async with worker_views(bus, "j", "w1.abcd", 2.0, settings, words) as board:
+            assert board is not None
+            await board.views.cache.read(f"{J}/plan/1")
+            assert directory.entries[f"{J}/plan/1"].owner == "w1.abcd"
+        with anyio.fail_after(2):
+            while directory.stats.departed == 0:
+                await anyio.sleep(0.01)
+        assert directory.entries[f"{J}/plan/1"].owner is None
+        tg.cancel_scope.cancel()

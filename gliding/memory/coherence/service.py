@@ -87,6 +87,7 @@ from gliding.memory.coherence.protocol import (
     LocalWrite,
     ReadDone,
     ReadMiss,
+    Retry,
     Send,
     SendTo,
     StoreWrite,
@@ -227,6 +228,17 @@ def for_cache(m: CoherenceMsg) -> ToCache:
         case "downgrade":
             return Downgrade(m.iri, m.seq)
     raise ValueError(f"a {m.kind} message is not for a cache")
+
+
+async def announce_departure(bus: Bus, space: str, agent: str) -> None:
+    """Tell the directory of ``space`` that ``agent`` is gone for good (``Depart`` on every
+    entry): only for an agent that will never serve a line again (dead, or done).
+
+    Raises:
+        BusError: the message could not be sent (the directory falls back on the lease).
+    """
+    await bus.publish(topics.coherence_directory(space),
+                      CoherenceMsg(kind="depart", iri=_ALL, sender=agent))
 
 
 # --- the directory ------------------------------------------------------------------------------
@@ -529,15 +541,26 @@ class Cache:
             hint="is the job's process (the directory) running and the bus connected?")
 
     async def read_many(self, iris: Iterable[str], *, shared: bool = False) -> dict[str, Versioned]:
-        """``read`` of several IRIs at once (their misses travel together)."""
+        """``read`` of several IRIs at once (their misses travel together); every read runs to
+        its end, then the first error, if any, is raised as ``read`` would.
+
+        Raises:
+            CoherenceTimeout, BusError: as ``read``.
+        """
         out: dict[str, Versioned] = {}
+        errors: list[GlidingError] = []
 
         async def one(iri: str) -> None:
-            out[iri] = await self.read(iri, shared=shared)
+            try:
+                out[iri] = await self.read(iri, shared=shared)
+            except GlidingError as exc:
+                errors.append(exc)
 
         async with anyio.create_task_group() as tg:
             for iri in dict.fromkeys(iris):
                 tg.start_soon(one, iri)
+        if errors:
+            raise errors[0]
         return out
 
     async def write(self, iri: str, value: str | None) -> int:
@@ -557,6 +580,16 @@ class Cache:
                 f"the write of {iri} was not acknowledged within {self.timeout_s:g}s: it may or "
                 "may not have taken effect", hint="read the node again before relying on it")
         return answer.version
+
+    async def leave(self) -> None:
+        """This cache is done: the directory drops it from every entry at once, so writers of
+        the lines it held need not wait out its lease. Use no operation of it afterwards.
+        A message that cannot be sent is logged (the lease covers it)."""
+        try:
+            await announce_departure(self.bus, self.space, self.agent)
+        except BusError as exc:
+            log.warning("coherence.leave.failed", agent=self.agent, error=exc.message)
+        self.lines.clear()
 
     async def evict(self, iri: str) -> None:
         """Drop the line (a write-back notice when it was M/E).
@@ -578,37 +611,52 @@ class Cache:
         key = (iri, line.rid + 1)
         self._replies.expect(key)
         try:
-            try:
-                done = await self._apply(iri, event)
-            except BusError:  # not sent: the line must not wait for an answer
-                await self._apply(iri, Abandon(iri))
-                raise
+            done = await self._apply(iri, event)
             if done is not None:
                 self.stats.hits += 1
                 return done
             self.stats.misses += isinstance(event, LocalRead)
             answer = await self._replies.wait(key, self.timeout_s)
+        except BaseException:  # not sent, or cancelled: the line must not wait for an answer
+            self._abandon(iri)
+            raise
         finally:
             self._replies.forget(key)
         if answer is None:
             self.stats.abandoned += 1
-            await self._apply(iri, Abandon(iri))
+            self._abandon(iri)
             log.warning("coherence.request.abandoned", agent=self.agent, iri=iri,
                         kind=type(event).__name__, timeout_s=self.timeout_s)
         return answer
+
+    def _abandon(self, iri: str) -> None:
+        """Stop waiting on the line (``Abandon`` has no effects: nothing to send or await)."""
+        line = self.lines.get(iri)
+        if line is None or line.waiting is None:
+            return
+        new, _ = cache_step(line, Abandon(iri), agent=self.agent, now=self.clock())
+        self.lines.pop(iri, None)
+        assert new.state is LineState.I and new.waiting is None
 
     async def _on_message(self, event: ToCache) -> None:
         iri = event.iri
         line = self.lines.get(iri)
         was_valid = line is not None and line.state_at(self.clock()) is not LineState.I
         rid = line.rid if line is not None else -1
-        await self._apply(iri, event, rid=rid)
+        try:
+            await self._apply(iri, event, rid=rid)
+        except BusError as exc:  # an answer lost: the directory's lease covers it
+            log.warning("coherence.send.failed", agent=self.agent, iri=iri, error=exc.message)
         if isinstance(event, Invalidate) and was_valid:
             self.stats.invalidated += 1
             for callback in list(self._listeners):
                 callback(iri)
         if isinstance(event, Fill | WriteAck):
-            await self._evict_over_capacity()
+            try:
+                await self._evict_over_capacity()
+            except BusError as exc:  # a write-back notice is only a notice
+                log.warning("coherence.send.failed", agent=self.agent, iri=iri,
+                            error=exc.message)
 
     async def _apply(self, iri: str, event: CacheEvent, *, rid: int = -1) -> Versioned | None:
         line = self.lines.get(iri) or CacheLine(iri)
@@ -636,6 +684,9 @@ class Cache:
                     line = self.lines.get(iri)
                     result = Versioned(version, line.value if line else None)
                     self._replies.deliver((iri, rid), result)
+                case Retry():  # the per-line lock makes this impossible
+                    raise CoherenceError(f"{iri}: an operation was refused while another was "
+                                         "in flight on its line", hint="a bug: please report it")
         return result
 
     async def _evict_over_capacity(self) -> None:

@@ -22,8 +22,10 @@ against what re-sending the whole view each time would have cost, in tokens.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,11 +64,15 @@ class ViewStats:
 @dataclass(frozen=True)
 class View:
     lines: Mapping[str, str]  # node IRI -> its line, in the order shown
-    used: frozenset[str]  # every cache line it was built from (index lines included)
+    used: Mapping[str, int]  # every cache line it was built from (index lines too) -> version
 
     @property
     def text(self) -> str:
         return "\n".join(self.lines.values())
+
+
+LINE = re.compile(r"^\w+ <([^>\s]+)>: ")
+"""A view's line: ``Type <iri>: ...`` (``render_lines``)."""
 
 
 @dataclass
@@ -106,7 +112,7 @@ class CoherentViews:
         """
         key = (role, graph, budget_tokens)
         known = self._views.get(key)
-        if known is not None and self.cache.holds(known.used):
+        if known is not None and self._current(known):
             self.stats.reused += 1
             return known
         index = await self.cache.read_many([index_iri(graph, t) for t in FRAME_TYPES[role]],
@@ -121,8 +127,8 @@ class CoherentViews:
                     nodes[iri] = from_jsonld(line.value)
                 except VocabularyError:
                     continue  # not a node: left out of the view, as a damaged triple would be
-        view = View(render_lines(nodes, budget_tokens, self.count),
-                    frozenset(index) | frozenset(members))
+        used = {iri: line.version for iri, line in {**index, **read}.items()}
+        view = View(render_lines(nodes, budget_tokens, self.count), used)
         self._views[key] = view
         self.stats.rebuilt += 1
         return view
@@ -131,8 +137,18 @@ class CoherentViews:
         """The whole view as text (what ``Projector.briefing`` gives)."""
         return (await self.view(role, graph, budget_tokens)).text
 
+    def shown(self, session: str, text: str) -> None:
+        """``session`` was shown ``text`` (a briefing made of view lines): ``update`` sends
+        what differs from it."""
+        lines = {}
+        for line in text.splitlines():
+            if (match := LINE.match(line)) is not None:
+                lines[match.group(1)] = line
+        self._shown[session] = lines
+
     async def update(self, session: str, role: str, graph: str, budget_tokens: int) -> str:
-        """The whole view on a session's first call; then only new or changed lines."""
+        """The lines new or changed since what ``session`` was last shown (its ``shown`` text;
+        the whole view on its first call when it has none)."""
         view = await self.view(role, graph, budget_tokens)
         shown = self._shown.get(session)
         if shown is None:
@@ -149,13 +165,22 @@ class CoherentViews:
         """The session ended: what it was shown is no longer kept."""
         self._shown.pop(session, None)
 
+    def _current(self, view: View) -> bool:
+        """Every line the view used is valid in the cache at the version it was built from."""
+        for iri, version in view.used.items():
+            line = self.cache.peek(iri)
+            if line is None or line.version != version:
+                return False
+        return True
+
     def _invalidate(self, iri: str) -> None:
         stale = [key for key, view in self._views.items() if iri in view.used]
         for key in stale:
             del self._views[key]
         self.stats.invalidated += len(stale)
         if stale and self._again is not None:
-            self._again.send_nowait(iri)
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self._again.send_nowait(iri)
 
 
 def render_lines(nodes: Mapping[str, Mapping[str, Any]], budget_tokens: int,
