@@ -13,9 +13,10 @@ its version the node's L0 revision number, so the layout is the one ingestion ha
 
 An index line (``ingest.index_iri``: ``<graph>/index/<Type>``) lists the members of one node
 type (those ``partOf`` something), as JSON. It is derived data: ``save`` writes nothing (each
-member was saved before the ingestor wrote the index), ``load`` asks the board, and its version
-is the number of members (members are never removed), which is what the ingestor's one write
-per new member makes it.
+member was saved before the ingestor wrote the index) and ``load`` asks the board, giving the
+number of members as the version. Versions of an index line are therefore only ordered within
+one directory's life (after a restart they start again from the member count); nothing
+compares them across restarts: views compare the member lists.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the job) from lines of a ``service.Cache``: the index lines of the frame's types
 current exactly while every line it used is valid in the cache: an invalidation from the
 directory (a teammate's write, in any process) drops it at once (``Cache.listen``), and a line
 whose lease ran out makes the next use rebuild it. Lines are read as Shared, never E, so
-another agent reading the same line costs no downgrade round trip.
+another view reading the same line costs no downgrade round trip.
 
 Prefetch: ``serve`` (run it beside the cache) reads every line a view used again, as Shared,
 as soon as the directory invalidates it, so the next ``view`` or ``update`` finds the new
