@@ -37,12 +37,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from gliding.bench.stats import emit  # noqa: E402  (after HF_HUB_OFFLINE)
 from gliding.cli.logs import configure_logging  # noqa: E402
 from gliding.config.loader import load_settings  # noqa: E402
-from gliding.config.task import Task  # noqa: E402
-from gliding.core.checks import FileContains  # noqa: E402
 from gliding.daemon.compose import run_job  # noqa: E402
 from gliding.daemon.runtime import Runtime  # noqa: E402
 from gliding.errors import UsageError  # noqa: E402
-from gliding.testing.latency import LatencyLLM, step_team  # noqa: E402
+from gliding.testing.latency import LatencyLLM, step_task, step_team  # noqa: E402
 
 
 def parse_turns(text: str, steps: int) -> tuple[int, ...]:
@@ -62,15 +60,6 @@ def parse_turns(text: str, steps: int) -> tuple[int, ...]:
     return turns
 
 
-def _task(root: Path, name: str, steps: int) -> Task:
-    return Task(goal=f"Write the files s1.txt .. s{steps}.txt, each with its step's text",
-                workspace=root / name, model=None, pipeline="exploratory", turns={},
-                prompt_tokens=None, cost_usd=None, wall_time_s=600,
-                checks=tuple(FileContains(f"s{k}.txt", f"step s{k}")
-                             for k in range(1, steps + 1)),
-                source=root / f"{name}.yaml")
-
-
 async def _runs(root: Path, steps: int, turns: tuple[int, ...], latency: float, runs: int,
                 progress: Callable[[str], None]) -> list[dict[str, Any]]:
     (root / "data").mkdir(parents=True, exist_ok=True)
@@ -82,7 +71,7 @@ async def _runs(root: Path, steps: int, turns: tuple[int, ...], latency: float, 
         for i in range(runs):
             llm = LatencyLLM(step_team(steps, work_turns=turns), latency_s=latency)
             started = time.monotonic()
-            handle = await run_job(_task(root, f"job{i}", steps), settings, llm=llm,
+            handle = await run_job(step_task(root, f"job{i}", steps), settings, llm=llm,
                                    runtime=runtime)
             report = handle.report
             assert report is not None

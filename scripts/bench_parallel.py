@@ -40,22 +40,11 @@ from gliding.bench.stats import emit  # noqa: E402  (after HF_HUB_OFFLINE)
 from gliding.bus.messages import JobEvent  # noqa: E402
 from gliding.cli.logs import configure_logging  # noqa: E402
 from gliding.config.loader import load_settings  # noqa: E402
-from gliding.config.task import Task  # noqa: E402
-from gliding.core.checks import FileContains  # noqa: E402
 from gliding.daemon.compose import run_job  # noqa: E402
 from gliding.daemon.runtime import Runtime  # noqa: E402
-from gliding.testing.latency import LatencyLLM, step_team  # noqa: E402
+from gliding.testing.latency import LatencyLLM, step_task, step_team  # noqa: E402
 
 TARGET = 0.4
-
-
-def task(root: Path, name: str, steps: int) -> Task:
-    return Task(goal=f"Write the files s1.txt .. s{steps}.txt, each with its step's text",
-                workspace=root / name, model=None, pipeline="exploratory", turns={},
-                prompt_tokens=None, cost_usd=None, wall_time_s=600,
-                checks=tuple(FileContains(f"s{k}.txt", f"step s{k}")
-                             for k in range(1, steps + 1)),
-                source=root / f"{name}.yaml")
 
 
 def da_phase(events: list[tuple[float, JobEvent]]) -> float:
@@ -70,7 +59,7 @@ async def one(root: Path, settings: Any, runtime: Runtime, name: str, steps: int
     llm = LatencyLLM(step_team(steps, work_turns=work), latency_s=latency)
     events: list[tuple[float, JobEvent]] = []
     started = time.monotonic()
-    handle = await run_job(task(root, name, steps), settings, llm=llm, runtime=runtime,
+    handle = await run_job(step_task(root, name, steps), settings, llm=llm, runtime=runtime,
                            on_event=lambda e: events.append((time.monotonic(), e)))
     wall = time.monotonic() - started
     report = handle.report

@@ -25,8 +25,6 @@ import json
 import logging
 import os
 import random
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +38,7 @@ import anyio
 import structlog
 from anyio.abc import Process, TaskStatus
 
+from gliding.bench.servers import MOSQUITTO_CONFIG, OXIGRAPH, free_port, mosquitto_binary
 from gliding.bus.messages import CoherenceMsg
 from gliding.errors import GlidingError
 from gliding.memory.coherence.protocol import (
@@ -182,28 +181,10 @@ def ret_line(op: str, at: float, *, ok: bool, value: str | None = None, version:
 
 
 # --- the servers --------------------------------------------------------------------------------
-# Started here rather than with gliding.testing.servers: production code never imports the test
-# fakes (an import-linter contract), and the benchmark ships in the package.
+# Started here, async, with what bench/servers.py says of them (gliding.testing.servers starts
+# the same ones for tests, blocking; production code never imports gliding.testing).
 
-OXIGRAPH = Path(sys.executable).parent / "oxigraph"
 SERVER_START_S = 30.0
-MOSQUITTO_CONFIG = """\
-listener {port} 127.0.0.1
-allow_anonymous true
-persistence false
-sys_interval 0
-set_tcp_nodelay true
-max_queued_messages 1000000
-log_dest stdout
-log_type error
-log_type warning
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _stop(process: Process) -> None:
@@ -266,11 +247,10 @@ async def oxigraph_server(location: Path, log: Path) -> AsyncIterator[str]:
 @asynccontextmanager
 async def mosquitto_server(directory: Path) -> AsyncIterator[str]:
     """A mosquitto broker on a free loopback port, its files in ``directory``; its URL."""
-    binary = (shutil.which("mosquitto")
-              or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin"))
-    if binary is None:
-        raise CoherenceBenchError("mosquitto is not installed",
-                                  hint="run scripts/setup.sh, or pass --broker mqtt://host:port")
+    try:
+        binary = mosquitto_binary()
+    except FileNotFoundError as exc:
+        raise CoherenceBenchError(str(exc), hint="or pass --broker mqtt://host:port") from None
     port = free_port()
     config = directory / "mosquitto.conf"
     config.write_text(MOSQUITTO_CONFIG.format(port=port))
@@ -294,7 +274,7 @@ async def mosquitto_server(directory: Path) -> AsyncIterator[str]:
 def no_invalidate_step(entry: DirEntry, event: DirEvent, now: float, *,
                        lease: float = DEFAULT_LEASE_S) -> tuple[DirEntry, tuple[DirEffect, ...]]:
     """A broken directory: it never sends Invalidate and pretends every holder acked at once
-    (the ``no_invalidate_directory`` of the protocol tests, with the service's signature)."""
+    (the protocol's state machine test runs it too, and must catch it)."""
     entry, effects = directory_step(entry, event, now, lease=lease)
     kept: list[DirEffect] = []
     while True:

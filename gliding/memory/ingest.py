@@ -180,14 +180,7 @@ class Ingestor:
             self._queue = None
             raise
         queued, self._queue = self._queue, None
-        failure: GlidingError | None = None
-        for node in queued:
-            try:
-                self._write(node)
-            except GlidingError as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+        _write_all(queued, self._write)
 
     def _put_coherent(self, node: Mapping[str, Any], iri: str, text: str, digest: str) -> str:
         """``put`` through ``writer``: the directory numbers the revision; nothing is written
@@ -221,14 +214,7 @@ class Ingestor:
             self._queue = None
             raise
         queued, self._queue = self._queue, None
-        failure: GlidingError | None = None
-        for node in queued:
-            try:
-                self.put(node)
-            except GlidingError as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+        _write_all(queued, self.put)
 
     def _write(self, node: Mapping[str, Any]) -> None:
         iri = str(node["@id"])
@@ -411,6 +397,19 @@ def revision_iri(job: str, node_iri: str, revision: int) -> str:
     if len(quote(name, safe="")) > MAX_SEGMENT_CHARS:  # L0 IRI segments are bounded
         name = hashed_segment(name)
     return str(record_iri(job, "node", kind, name or "-", str(revision)))
+
+
+def _write_all(nodes: Sequence[Mapping[str, Any]], write: Callable[[Mapping[str, Any]], object]
+               ) -> None:
+    """``write`` every node, even after one fails; then raise the first failure, if any."""
+    failure: GlidingError | None = None
+    for node in nodes:
+        try:
+            write(node)
+        except GlidingError as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 INDEXED = frozenset({"Plan", "Step", "Artifact", "CheckReport", "Decision"})

@@ -19,10 +19,13 @@ depend only on the request, so they are the same on a resumed job.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import anyio
 
+from gliding.config.task import Task
+from gliding.core.checks import FileContains
 from gliding.core.messages import Completion, Message
 from gliding.llm.port import LLM, LLMRequest
 from gliding.testing.scripted import ScriptedLLM, call
@@ -54,6 +57,17 @@ class LatencyLLM:
             return await self.inner.complete(request)
         finally:
             self.in_flight -= 1
+
+
+def step_task(root: Path, name: str, steps: int) -> Task:
+    """The exploratory task ``step_team(steps)`` plays: write ``s1.txt`` .. ``s<steps>.txt``
+    in the workspace ``root / name``, each checked for its step's text."""
+    return Task(goal=f"Write the files s1.txt .. s{steps}.txt, each with its step's text",
+                workspace=root / name, model=None, pipeline="exploratory", turns={},
+                prompt_tokens=None, cost_usd=None, wall_time_s=600,
+                checks=tuple(FileContains(f"s{k}.txt", f"step s{k}")
+                             for k in range(1, steps + 1)),
+                source=root / f"{name}.yaml")
 
 
 def step_team(n: int, *, tool: Literal["write_file", "bash"] = "write_file",

@@ -11,10 +11,8 @@ generated config in a temporary directory; it yields a ``Mosquitto`` whose ``sto
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -23,15 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-OXIGRAPH = Path(sys.executable).parent / "oxigraph"
+from gliding.bench.servers import MOSQUITTO_CONFIG, OXIGRAPH, free_port, mosquitto_binary
+
 START_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def post(url: str, body: str, content_type: str, timeout_s: float = 2.0) -> bytes:
@@ -81,36 +73,6 @@ def oxigraph_serve(location: Path, *, log: Path | None = None) -> Iterator[str]:
             process.wait()
         if log is not None and not isinstance(sink, int):
             sink.close()
-
-
-MOSQUITTO_CONFIG = """\
-listener {port} 127.0.0.1
-allow_anonymous true
-persistence false
-# no $SYS/broker/... updates: subscribers of $-topics see only what the tests publish
-sys_interval 0
-# no Nagle on client sockets: small packets (PUBACKs) go out at once
-set_tcp_nodelay true
-# a subscriber that stops reading keeps this many QoS 1 messages queued at the broker
-max_queued_messages 1000000
-log_dest stdout
-log_type error
-log_type warning
-"""
-
-
-def mosquitto_binary() -> str:
-    """The path of the ``mosquitto`` broker.
-
-    Raises:
-        FileNotFoundError: it is not installed.
-    """
-    found = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
-    if found is None:
-        raise FileNotFoundError(
-            "mosquitto is not installed: run scripts/setup.sh (as root it apt-get installs "
-            "mosquitto), or install the Debian package mosquitto yourself")
-    return found
 
 
 class Mosquitto:
@@ -182,3 +144,7 @@ def mosquitto(port: int | None = None) -> Iterator[Mosquitto]:
             yield broker
         finally:
             broker.stop()
+
+
+__all__ = ["MOSQUITTO_CONFIG", "OXIGRAPH", "Mosquitto", "free_port", "mosquitto",
+           "mosquitto_binary", "oxigraph_serve", "post"]
