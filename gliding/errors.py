@@ -9,6 +9,9 @@
     ├── ToolError                     a tool refused or failed; sent back to the model, never fatal
     │   └── ConfinementError          a path that would leave the workspace
     ├── LLMError                      a model backend failed (network, bad reply, missing model)
+    │   ├── ProviderError             a hosted model's call failed; ``kind`` says how (llm/faults)
+    │   └── ProviderUnavailable       the model and its fallbacks stayed unreachable after every
+    │                                 retry: the job stops interrupted; gliding resume goes on
     ├── ArchiveError                  the L0 archive could not be read or written
     ├── BudgetExceeded                a job or role budget (turns, tokens, cost, time) ran out
     ├── BusError                      the memory bus was closed or a message had the wrong type
@@ -71,6 +74,35 @@ class ConfinementError(ToolError):
 
 class LLMError(GlidingError):
     code = "llm.failed"
+
+
+class ProviderError(LLMError):
+    """One failed call of a hosted model: ``kind`` is one of ``gliding.llm.faults.KINDS``,
+    ``status`` the HTTP status (None without an answer), ``retry_after_s`` what the provider
+    asked to wait (None when it did not say)."""
+
+    code = "llm.provider"
+
+    def __init__(self, message: str, *, kind: str, status: int | None = None,
+                 retry_after_s: float | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.kind = kind
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+
+class ProviderUnavailable(LLMError):
+    """The model and every fallback failed on retryable faults until the retries ran out. Not
+    the job's fault: it stops ``interrupted`` (not ``error``) and ``gliding resume`` continues
+    it once the provider answers; ``job`` is set once the job is known."""
+
+    code = "llm.unavailable"
+
+    def __init__(self, message: str, *, hint: str | None = None, job: str | None = None,
+                 reason: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.job = job
+        self.reason = reason or message  # what failed, without the job's part of the message
 
 
 class ArchiveError(GlidingError):

@@ -10,7 +10,8 @@ workspace, as `gliding run` in a project with ``workspace: .`` has it). DA's bas
 attempt each:
 
 - ``read_shadow``: /etc/shadow;
-- ``read_home``: the home directory and its ~/.ssh;
+- ``read_home``: the home directory and its ~/.ssh (the way to a toolchain prefix mounted in
+  it, ``~/.pyenv`` for ``~/.pyenv/versions/3.11.7``, is not counted as read);
 - ``read_parent``: the workspace's parent directory and the secret planted there;
 - ``read_api_keys``: the keys, through ``env``, /proc/$PPID, /proc/1, the probe's own
   /proc/<pid>/environ and every /proc/*/environ;
@@ -39,6 +40,7 @@ if missing) and the job's archive stays in DIR/.gliding.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import select
@@ -235,6 +237,22 @@ def _short(text: str, limit: int = 160) -> str:
     return one if len(one) <= limit else one[: limit - 1] + "…"
 
 
+def toolchain_ways(lay: Layout) -> set[str]:
+    """The home's entries the job's sandbox shows as the path to a toolchain prefix mounted
+    read-only (``~/.pyenv`` leading to ``~/.pyenv/versions/3.11.7``; docs/tools.md, "The
+    toolchain"), resolved as the job did, from this environment."""
+    from gliding.config.settings import ToolSettings
+    from gliding.config.task import load_task
+    from gliding.tools.toolchain import resolve_toolchain
+
+    home = Path(os.path.realpath(Path.home()))
+    with contextlib.redirect_stdout(sys.stderr):  # its debug log line: stdout is the JSON
+        chain = resolve_toolchain(ToolSettings(), load_task(lay.root / "task.yaml"),
+                                  data_dir=lay.data, environ=os.environ)
+    return {m.relative_to(home).parts[0] for m in chain.mounts
+            if m != home and m.is_relative_to(home)}
+
+
 def judge(lay: Layout, steps: dict[str, Step], left: list[str],
           connected: int) -> list[dict[str, Any]]:
     """One verdict per attempt: refused, with the evidence from the result and the host."""
@@ -247,10 +265,13 @@ def judge(lay: Layout, steps: dict[str, Step], left: list[str],
         return (s.failed and not leaked,
                 f"host has /etc/shadow: {shadow.exists()}; sandbox: {_short(s.output)}")
 
+    ways = toolchain_ways(lay)
+
     def read_home(s: Step) -> tuple[bool, str]:
-        shown = home_names & {line.strip() for line in s.output.splitlines()}
+        shown = home_names & {line.strip() for line in s.output.splitlines()} - ways
         return (s.failed and not shown,
-                f"{len(home_names)} entries in the host's {home}, {len(shown)} shown; "
+                f"{len(home_names)} entries in the host's {home}, {len(shown)} shown besides "
+                f"the way to the toolchain ({', '.join(sorted(ways)) or 'none'}); "
                 f"sandbox: {_short(s.output)}")
 
     def read_parent(s: Step) -> tuple[bool, str]:

@@ -26,6 +26,16 @@ bash) is preceded by an ``intent`` entry. An intent found without its result was
 if the tool marks when it begins (bash creates ``<job dir>/began/<call>`` before running the
 command) and no mark is there, the call never began and runs now; otherwise the model is told
 it was interrupted instead of the command running twice.
+
+The session's tool list is declared once (``offer.py``) and its system prompt is archived when
+it begins, as is each board message between turns, so every request of the session carries the
+same bytes of tools and system, and a resumed session rebuilds exactly the requests the killed
+one sent: the provider's prompt cache keeps hitting (docs/context.md, "Cache-aware assembly").
+
+A model call is told what the job's wall time budget leaves, and its retries and fallbacks
+(``llm/resilient.py``) become job events (``llm.retry``, ``llm.fallback``). When no model
+answers at all (``ProviderUnavailable``) the error is not the role's: it leaves the loop, the
+job stops ``interrupted`` and ``gliding resume`` replays what was archived.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from typing import Any
 import anyio
 import structlog
 
+from gliding.agents.offer import declare, own_summaries, resolve, take_summary, tool_search
 from gliding.agents.roles import RoleSpec
 from gliding.bus import topics
 from gliding.bus.messages import ArchivedMsg, JobEvent
@@ -51,13 +62,13 @@ from gliding.context.engine import ContextEngine
 from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker
 from gliding.core.iri import record_iri, result_iri, turn_iri
-from gliding.core.messages import Completion, Message, ToolCall, ToolSpec, Usage
+from gliding.core.messages import Completion, Message, ToolCall, Usage
 from gliding.core.text import one_line
-from gliding.errors import GlidingError
-from gliding.llm.port import LLM, LLMRequest
+from gliding.errors import GlidingError, ProviderUnavailable
+from gliding.llm.port import LLM, LLMRequest, ProviderNotice, free_backend
 from gliding.memory.archive import CallRecord
 from gliding.memory.archive_port import ArchivePort
-from gliding.tools.base import ToolContext, ToolOutcome, Toolset, prop, schema
+from gliding.tools.base import ToolContext, ToolOutcome, Toolset
 from gliding.tools.shell import stop_orphan
 from gliding.tools.snapshot import mark as workspace_mark
 
@@ -91,8 +102,6 @@ NUDGE = "Reply with one tool call. When your part is done, call finish."
 LINE_CHARS = 160  # a turn summary and a progress line, at most
 INTERRUPTED = ("error: interrupted: the job stopped while this call ran, so whether it took "
                "effect is unknown. Look at the workspace before repeating it.")
-TOOL_SEARCH = ToolSpec("tool_search", "List the tool groups you may load, or load one.", schema(
-    group=prop("string", "the group to load; leave out to list them")))
 
 
 def transition(state: State, event: str) -> State:
@@ -182,14 +191,14 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     role = env.role
     toolset = env.toolset
     reads_back = "read_result" in toolset.names
-    system = "\n\n".join(x for x in (role.system_prompt(),
-                                      memory_note(env.context) if reads_back else "",
-                                      env.extra_system) if x)
+    name = env.session or role.name
+    system = await _system_prompt(env, name, "\n\n".join(
+        x for x in (role.system_prompt(), memory_note(env.context) if reads_back else "",
+                    env.extra_system) if x))
     engine = ContextEngine(env.context, env.counter,
                            [Message("system", system), *role.examples,
                             Message("user", assignment)])
     tool_ctx = dataclasses.replace(env.tool_ctx, session=_Session(engine))  # sandbox kept
-    name = env.session or role.name
     env.budget.turns[name] = env.turn_base
     state, turns, finish = State.PROMPT, 0, {}
     summaries: list[TurnSummary] = []
@@ -198,7 +207,13 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     seen_calls: set[str] = set()
     calls: tuple[ToolCall, ...] = ()
     completion: Completion | None = None
-    usage, schema_tokens, replayed = Usage(), 0, 0
+    usage, replayed = Usage(), 0
+    # every tool the session will offer, declared once: the same bytes on every turn (offer.py)
+    offer = declare(toolset.specs(), role.finish, on_demand=bool(env.on_demand),
+                    summaries=env.context.summaries.model_written)
+    own_summary = own_summaries([*toolset.specs(), role.finish, *(
+        t.spec() for group in env.on_demand.values() for t in group.tools)])
+    schema_tokens = env.counter.count(json.dumps([t.to_openai() for t in offer.tools]))
     while state not in TERMINAL:
         if state is State.PROMPT:
             if turns >= env.max_turns:
@@ -215,30 +230,29 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             turns += 1
             n = env.budget.count_turn(name)
             if turns > 1 and env.board_update is not None:
-                news = await env.board_update()
+                news = await _news(env, name, n, env.board_update)
                 if news:  # between the last turn and this one, as a user message
                     engine.add(Message("user", news), iri=str(turn_iri(env.job, name, n - 1)))
             ran = [r.name for r in records if r.ok]
-            may_finish = not toolset.tools or (
+            may_finish = not env.toolset.tools or (
                 all(t in ran for t in role.finish_requires)
                 and len(ran) >= role.finish_min_calls)
-            work = toolset.specs() + ([TOOL_SEARCH] if env.on_demand else [])
-            added: set[str] = set()  # tools offered the loop's summary argument
-            if env.context.summaries.model_written:
-                offered = [with_summary(t) for t in work]
-                added = {w.name for t, w in zip(work, offered, strict=True) if w is not t}
-                work = offered
-            tools = [*work, role.finish] if may_finish else work
-            schema_tokens = env.counter.count(json.dumps([t.to_openai() for t in tools]))
+            loaded = [t.spec() for t in toolset.tools if env.toolset.get(t.name) is None]
             prompt = engine.prompt(assignment)
-            request = LLMRequest(messages=tuple(prompt), tools=tuple(tools),
+            marks = engine.cache_marks(prompt, tools=bool(offer.tools))
+            request = LLMRequest(messages=tuple(prompt), tools=offer.tools,
                                  tool_choice="required",
+                                 callable_tools=offer.callable_now(may_finish=may_finish,
+                                                                   loaded=loaded),
                                  meta={"role": role.name, "turn": n, "session": name,
-                                       "cache_breakpoints": engine.breakpoints(prompt)})
+                                       "cache_breakpoints": list(marks.messages),
+                                       "cache_tools": marks.tools})
             iri = str(turn_iri(env.job, name, n))
             warm = [w.iri for w in engine.warmed] if env.context.prefetch.enabled else []
             try:
                 completion, was_archived = await _complete_warming(env, iri, n, request, warm)
+            except ProviderUnavailable:
+                raise  # not the role's failure: the job stops interrupted, resumable
             except GlidingError as exc:
                 error = f"model call failed: {exc.message}"
                 log.warning("llm.call.failed", job=env.job, role=role.name, turn=n,
@@ -250,7 +264,8 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             calls = completion.message.tool_calls[:1]  # one call a turn keeps small models on rails
             own: str | None = None
             if calls and env.context.summaries.model_written:
-                calls, own = _take_summary(calls[0], added)
+                taken, own = take_summary(calls[0], own_summary)
+                calls = (taken,)
             reply = Message("assistant", completion.message.content, calls)
             engine.add(reply, iri=iri, summary=own)
             if not calls:
@@ -280,21 +295,24 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             state = transition(state, "tool_calls")
         elif state is State.ACT:
             assert completion is not None
-            call = calls[0]  # as the engine recorded it (without the loop's summary argument)
+            # the call as the engine recorded it (without the loop's summary argument); a
+            # call_tool(name, arguments) runs, is archived and is described as that tool
+            resolved = resolve(calls[0], toolset, env.on_demand)
+            call = resolved.call
             n = env.budget.turns[name]
             t_iri = str(turn_iri(env.job, name, n))
             res_iri = str(result_iri(env.job, f"{name}-{n}-0"))
             key = call.name + call.arguments_json()
             outcome, toolset = await _act(env, call, res_iri, n, toolset, tool_ctx,
-                                          repeated=key in seen_calls)
+                                          repeated=key in seen_calls, refused=resolved.problem)
             seen_calls.add(key)
             if not outcome.ok:
                 log.info("tool.call.failed", job=env.job, role=role.name, turn=n,
                          tool=call.name, error=_first_line(outcome.output))
             records.append(ToolRecord(call.name, call.arguments, outcome.ok, outcome.output,
                                       res_iri, t_iri, outcome.data))
-            engine.add(Message("tool", outcome.output, (), call.id, call.name), iri=res_iri,
-                       tool=call.name)
+            engine.add(Message("tool", outcome.output, (), calls[0].id, call.name),
+                       iri=res_iri, tool=call.name)
             summary = _describe(call, _first_line(outcome.output))
             summaries.append(TurnSummary(role.name, n, summary, t_iri))
             await _announce(env, n, t_iri, "turn", summary)
@@ -306,6 +324,38 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     return AgentResult(role.name, state.value, finish, turns, tuple(summaries), tuple(records),
                        error, stats.prompt_tokens, stats.baseline_tokens, stats.compactions,
                        stats.archived_results, usage, schema_tokens, replayed)
+
+
+async def _system_prompt(env: AgentEnv, name: str, system: str) -> str:
+    """The session's system prompt: the one this assignment's session archived when it began
+    (a resumed session rebuilds the bytes the killed one sent, so its first live call reads
+    the provider's cache), else ``system``, archived now. The board's briefing in it would
+    otherwise come out differently after the kill."""
+    iri = str(record_iri(env.job, "system", f"{name}-{env.turn_base}"))
+    kept = await env.archive.find(iri)
+    if kept is not None:
+        return (kept.content or b"").decode("utf-8", errors="replace")
+    await env.archive.put(iri, system, kind="system",
+                          meta={"role": name, "turn_base": env.turn_base})
+    return system
+
+
+async def _news(env: AgentEnv, name: str, n: int,
+                board_update: Callable[[], Awaitable[str]]) -> str:
+    """What the team recorded since the last turn, for turn ``n``: as archived when the turn
+    was first asked (a replayed turn gets the same message, or none when it had none), else
+    fresh from the board and archived. The board is asked either way, so what the session has
+    been shown stays current."""
+    iri = str(record_iri(env.job, "news", f"{name}-{n}"))
+    kept = await env.archive.find(iri)
+    fresh = await board_update()
+    if kept is not None:
+        return (kept.content or b"").decode("utf-8", errors="replace")
+    if await env.archive.find(str(turn_iri(env.job, name, n))) is not None:
+        return ""  # a replayed turn that had no news
+    if fresh:
+        await env.archive.put(iri, fresh, kind="news", meta={"role": name, "turn": n})
+    return fresh
 
 
 async def _complete_warming(env: AgentEnv, iri: str, n: int, request: LLMRequest,
@@ -342,29 +392,52 @@ async def _complete(env: AgentEnv, iri: str, n: int,
     archived = await env.archive.find(iri)
     if archived is not None:
         return completion_from_turn(json.loads(archived.content or b"{}")), True
-    completion = await env.llm.complete(request)
+    completion = await env.llm.complete(_with_notices(env, n, request))
     await env.archive.put_turn(iri, _turn_body(env, n, request, completion),
                                {"role": env.session or env.role.name, "turn": n}, CallRecord(
         job=env.job, role=env.role.name, turn=n, model=completion.model,
         prompt_tokens=completion.usage.prompt_tokens,
         completion_tokens=completion.usage.completion_tokens,
         cached_tokens=completion.usage.cached_tokens, latency_s=completion.latency_s,
-        cost_usd=completion.usage.cost_usd, created_at=env.now(), turn_iri=iri))
+        cost_usd=completion.usage.cost_usd, created_at=env.now(), turn_iri=iri,
+        priced=not completion.usage.unpriced_calls))
     env.budget.record(env.role.name, completion.usage)
     return completion, False
 
 
+def _with_notices(env: AgentEnv, n: int, request: LLMRequest) -> LLMRequest:
+    """``request`` bounded by what the job's wall time budget leaves, its retries and
+    fallbacks (``llm/resilient.py``) published as job events ``llm.retry`` / ``llm.fallback``
+    (a progress line each, and the daemon's job log)."""
+    wall = env.budget.limits.wall_time_s
+    left = None if wall is None else max(0.0, wall - (env.now() - env.budget.started_at))
+
+    async def notify(notice: ProviderNotice) -> None:
+        await env.bus.publish(topics.events(env.job), JobEvent(
+            job=env.job, event=f"llm.{notice.kind}", data={
+                "role": env.role.name, "session": env.session or env.role.name, "turn": n,
+                "model": notice.model, "fault": notice.fault, "retry": notice.retry,
+                "retries": notice.retries, "delay_s": round(notice.delay_s, 3),
+                "next_model": notice.next_model}))
+
+    return dataclasses.replace(request, time_left_s=left, notify=notify)
+
+
 async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Toolset,
-               ctx: ToolContext, *, repeated: bool) -> tuple[ToolOutcome, Toolset]:
-    """Run (or replay) one tool call and archive its result; tool_search may grow the set."""
+               ctx: ToolContext, *, repeated: bool,
+               refused: str | None = None) -> tuple[ToolOutcome, Toolset]:
+    """Run (or replay) one tool call and archive its result; tool_search may grow the set.
+    A ``refused`` call (``offer.resolve`` said why) is not run: the model gets the reason."""
     archived = await env.archive.find(res_iri)
-    if call.name == "tool_search" and env.on_demand:
-        outcome, toolset = _tool_search(call.arguments, toolset, env.on_demand)
+    if call.name == "tool_search" and env.on_demand and refused is None:
+        outcome, toolset = tool_search(call.arguments, toolset, env.on_demand)
     if archived is not None:
         meta = archived.meta
         text = (archived.content or b"").decode("utf-8", errors="replace")
         return ToolOutcome(bool(meta.get("ok")), text, dict(meta.get("data") or {})), toolset
-    if call.name != "tool_search" or not env.on_demand:
+    if refused is not None:
+        outcome = ToolOutcome(False, f"error: {refused}")
+    elif call.name != "tool_search" or not env.on_demand:
         ctx = _within_budget(env, ctx)
         tool = toolset.get(call.name)
         name = f"{env.session or env.role.name}-{n}-0"
@@ -407,20 +480,6 @@ def _within_budget(env: AgentEnv, ctx: ToolContext) -> ToolContext:
     return dataclasses.replace(ctx, deadline=time.monotonic() + left)
 
 
-def _tool_search(arguments: Mapping[str, Any], toolset: Toolset,
-                 on_demand: Mapping[str, Toolset]) -> tuple[ToolOutcome, Toolset]:
-    group = arguments.get("group")
-    listing = "; ".join(f"{name}: {', '.join(ts.names)}" for name, ts in on_demand.items())
-    if not group:
-        return ToolOutcome(True, f"groups you may load: {listing}"), toolset
-    chosen = on_demand.get(str(group))
-    if chosen is None:
-        return ToolOutcome(False, f"error: no group {group!r} to load; {listing}"), toolset
-    merged = {t.name: t for t in (*toolset.tools, *chosen.tools)}
-    return (ToolOutcome(True, f"loaded {group}: {', '.join(chosen.names)}"),
-            Toolset(tuple(merged.values())))
-
-
 def completion_from_turn(body: Mapping[str, Any]) -> Completion:
     """The Completion an archived turn recorded (its reply and usage)."""
     reply = body.get("reply") or {}
@@ -429,7 +488,8 @@ def completion_from_turn(body: Mapping[str, Any]) -> Completion:
                   for c in reply.get("tool_calls") or ())
     u = body.get("usage") or {}
     usage = Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0)),
-                  int(u.get("cached_tokens", 0)), float(u.get("cost_usd", 0.0)))
+                  int(u.get("cached_tokens", 0)), float(u.get("cost_usd") or 0.0),
+                  0 if u.get("cost_known", True) else 1)
     return Completion(Message("assistant", str(reply.get("content") or ""), calls), usage,
                       float(body.get("latency_s", 0.0)), str(body.get("model", "")),
                       raw=str(body.get("raw", "")))
@@ -455,7 +515,9 @@ def _turn_body(env: AgentEnv, n: int, request: LLMRequest, c: Completion) -> str
         "raw": c.raw,
         "usage": {"prompt_tokens": c.usage.prompt_tokens,
                   "completion_tokens": c.usage.completion_tokens,
-                  "cached_tokens": c.usage.cached_tokens, "cost_usd": c.usage.cost_usd},
+                  "cached_tokens": c.usage.cached_tokens,
+                  "cost_usd": None if c.usage.unpriced_calls else c.usage.cost_usd,
+                  "cost_known": not c.usage.unpriced_calls},
         "latency_s": round(c.latency_s, 4),
     }
     return json.dumps(body, ensure_ascii=False, indent=1)
@@ -477,6 +539,7 @@ async def _progress(env: AgentEnv, n: int, c: Completion, action: str, summary: 
         "prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens,
         "job_prompt_tokens": spent.prompt_tokens,
         "job_completion_tokens": spent.completion_tokens, "job_cost_usd": spent.cost_usd,
+        "job_unpriced_calls": spent.unpriced_calls, "cost_free": free_backend(env.llm.name),
     }))
 
 
@@ -485,32 +548,6 @@ def _finish_needs(role: RoleSpec, ran: list[str]) -> str:
     if missing:
         return f"call {', '.join(missing)} first"
     return f"make {role.finish_min_calls} successful tool call(s) first"
-
-
-SUMMARY_PROPERTY = prop("string", "optional: this step in one line, for your history")
-
-
-def with_summary(spec: ToolSpec) -> ToolSpec:
-    """``spec`` with an optional ``summary`` argument, unless it has one of its own."""
-    params = dict(spec.parameters or {"type": "object", "properties": {}})
-    props = dict(params.get("properties") or {})
-    if "summary" in props:
-        return spec
-    props["summary"] = SUMMARY_PROPERTY
-    params["properties"] = props
-    return ToolSpec(spec.name, spec.description, params)
-
-
-def _take_summary(call: ToolCall, added: set[str]) -> tuple[tuple[ToolCall, ...], str | None]:
-    """The call without the ``summary`` the loop offered (the tool never sees it), and that
-    summary; a tool with a ``summary`` argument of its own (``finish``) keeps it, and it is the
-    line too."""
-    text = call.arguments.get("summary")
-    own = text.strip() if isinstance(text, str) and text.strip() else None
-    if call.name not in added or "summary" not in call.arguments:
-        return (call,), own
-    rest = {k: v for k, v in call.arguments.items() if k != "summary"}
-    return (ToolCall(call.id, call.name, rest),), own
 
 
 def _check_finish(role: RoleSpec, call: ToolCall) -> str | None:

@@ -59,8 +59,10 @@ from gliding.config.settings import Settings
 from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker
 from gliding.core.clock import Clock
+from gliding.core.crashpoints import crash_point
 from gliding.core.iri import step_session
 from gliding.core.messages import ToolSpec
+from gliding.errors import ProviderUnavailable
 from gliding.llm.port import LLM
 from gliding.memory.archive_port import ArchivePort
 from gliding.tools.base import ToolContext, ToolGroupManager
@@ -156,6 +158,8 @@ class AgentWorker:
             async with limiter:
                 try:
                     answer = await self.act(assignment)
+                except ProviderUnavailable:
+                    raise  # no model answers: the job stops interrupted (resumable), unanswered
                 except Exception as exc:  # a bug or a failing store ends the role, not the job
                     log.error("agent.crashed", job=kit.job, role=role,
                               error=f"{type(exc).__name__}: {exc}")
@@ -189,11 +193,13 @@ class AgentWorker:
         step = {"step": a.step, "session": env.session} if a.step else {}
         await self._event("role.started", {"role": spec.name, "cycle": a.cycle,
                                            "attempt": a.attempt, **step})
+        crash_point(f"role.start:{spec.name}")
         try:
             result = await run_agent(env, a.instructions)
         finally:
             if kit.board is not None:
                 kit.board.end(seen)
+        crash_point(f"role.end:{spec.name}")
         await self._event("role.finished", {"role": spec.name, "status": result.status,
                                             "turns": result.turns,
                                             "replayed": result.replayed_turns, **step})
@@ -206,7 +212,8 @@ class AgentWorker:
             "status": r.status, "error": r.error, "turns": r.turns,
             "usage": UsageWire(prompt_tokens=u.prompt_tokens,
                                completion_tokens=u.completion_tokens,
-                               cached_tokens=u.cached_tokens, cost_usd=u.cost_usd),
+                               cached_tokens=u.cached_tokens, cost_usd=u.cost_usd,
+                               unpriced_calls=u.unpriced_calls),
             "lines": [TurnLine(role=t.role, turn=t.turn, summary=t.summary, iri=t.iri)
                       for t in r.summaries],
             "context_tokens": r.prompt_tokens, "baseline_tokens": r.baseline_tokens,

@@ -12,8 +12,13 @@ step's own content stands in for the model's reply. Strategies:
   L1 summaries.
 
 Metrics per strategy (totals and per trajectory): ``total_prompt_tokens`` and
-``peak_prompt_tokens`` (cl100k_base + 4 per message); ``cached_cost`` (Σ 0.1 × tokens of the
-longest message-level prefix shared with the previous call + 1.25 × the rest);
+``peak_prompt_tokens`` (cl100k_base + 4 per message); ``cached_cost``: input tokens weighted
+as Anthropic bills them (cache read 0.1×, cache write 1.25×, uncached 1×), from the prompt-cache
+simulator (``cache_sim``) on the Messages API body of every call — gliding with the cache
+marks its engine sets, the other strategies with one mark on their last message — for
+``cache_model`` (claude-3-5-haiku: 2,048 tokens at least, 5-minute TTL, calls
+``CALL_INTERVAL_S`` apart; a record's own cache), with ``cache_read_share`` beside it and
+``openai_read_share`` (the same prompts under OpenAI's automatic prefix cache);
 ``fact_recall`` (identifiers of each action that first appeared in an earlier tool output and
 in no system or user step, present verbatim in that step's prompt); ``recoverability`` (tool
 outputs that read back byte-exact through their IRI; a strategy without an archive counts an
@@ -34,6 +39,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gliding.bench.cache import (
+    ANTHROPIC_MODEL,
+    CALL_INTERVAL_S,
+    anthropic_body,
+    cache_meta,
+    encoder,
+    openai_body,
+)
+from gliding.bench.cache_sim import (
+    AnthropicCache,
+    AnthropicParams,
+    Encode,
+    OpenAICache,
+    anthropic_min_tokens,
+)
 from gliding.bench.stats import percentile
 from gliding.config.settings import ContextSettings
 from gliding.context.engine import ContextEngine
@@ -197,6 +217,10 @@ class Tally:
     total: int = 0
     peak: int = 0
     cached_cost: float = 0.0
+    input_tokens: int = 0  # the simulator's count (cl100k_base on each block's rendering)
+    cache_read: int = 0
+    openai_input: int = 0
+    openai_read: int = 0
     facts: int = 0
     facts_found: int = 0
     outputs: int = 0
@@ -211,18 +235,47 @@ class Tally:
     def as_dict(self) -> dict[str, Any]:
         return {"calls": self.calls, "total_prompt_tokens": self.total,
                 "peak_prompt_tokens": self.peak, "cached_cost": round(self.cached_cost, 1),
+                "cache_read_share": _ratio(self.cache_read, self.input_tokens),
+                "openai_read_share": _ratio(self.openai_read, self.openai_input),
                 "fact_recall": _ratio(self.facts_found, self.facts), "facts": self.facts,
                 "recoverability": _ratio(self.recovered, self.outputs),
                 "compactions": self.compactions, "major_compactions": self.major_compactions,
                 "working_set_tokens": self.working_set_tokens}
 
 
+@dataclass
+class CacheModel:
+    """The providers' prompt caches one replay is billed by (see the module)."""
+
+    encode: Encode
+    model: str = ANTHROPIC_MODEL
+    interval_s: float = CALL_INTERVAL_S
+
+    def bill(self, tally: Tally, strategy: Strategy, prompt: list[Message],
+             caches: tuple[AnthropicCache, OpenAICache]) -> None:
+        engine = getattr(strategy, "engine", None)
+        marks = (cache_meta(engine, prompt, False)["cache_breakpoints"]
+                 if isinstance(strategy, Gliding) and engine is not None else [len(prompt) - 1])
+        t = tally.calls * self.interval_s
+        got = caches[0].feed(anthropic_body(prompt, (), self.model, marks), t)
+        tally.cached_cost += 0.1 * got.cache_read + 1.25 * got.cache_write + got.uncached
+        tally.input_tokens += got.input_tokens
+        tally.cache_read += got.cache_read
+        seen = caches[1].feed(openai_body(prompt, (), "openai/gpt-4o-mini"), t)
+        tally.openai_input += seen.input_tokens
+        tally.openai_read += seen.cache_read
+
+    def caches(self) -> tuple[AnthropicCache, OpenAICache]:
+        params = AnthropicParams(min_tokens=anthropic_min_tokens(self.model))
+        return AnthropicCache(self.encode, params), OpenAICache(self.encode)
+
+
 def replay(record: dict[str, Any], make: Callable[[], Strategy], counter: TokenCounter,
-           dump: Path | None = None) -> tuple[Tally, Strategy]:
+           dump: Path | None = None, cache: CacheModel | None = None) -> tuple[Tally, Strategy]:
     steps = steps_of(record)
     strategy = make()
     tally = Tally()
-    previous: list[tuple[str, str]] = []
+    caches = cache.caches() if cache is not None else None
     seen_user: set[str] = set()
     first_tool: set[str] = set()
     pending = 0.0
@@ -239,15 +292,8 @@ def replay(record: dict[str, Any], make: Callable[[], Strategy], counter: TokenC
             size = sum(tokens)
             if dump is not None:
                 _dump(dump, tally.calls + 1, prompt, tokens, step.action)
-            keys: list[tuple[str, str]] = [(m.role, m.content) for m in prompt]
-            shared = 0
-            for a, b in zip(keys, previous, strict=False):
-                if a != b:
-                    break
-                shared += 1
-            cached = sum(tokens[:shared])
-            tally.cached_cost += 0.1 * cached + 1.25 * (size - cached)
-            previous = keys
+            if cache is not None and caches is not None:
+                cache.bill(tally, strategy, prompt, caches)
             tally.calls += 1
             tally.total += size
             tally.peak = max(tally.peak, size)
@@ -282,14 +328,26 @@ def _compactions(strategy: Strategy) -> int:
 
 def run_bench(path: Path, *, settings: ContextSettings | None = None,
               progress: Callable[[str], None] | None = None,
-              dump_prompts: Path | None = None) -> dict[str, Any]:
+              dump_prompts: Path | None = None,
+              cache_model: str = ANTHROPIC_MODEL) -> dict[str, Any]:
     """Replay every record of ``path`` through the four strategies; the JSON report. With
-    ``dump_prompts``, every prompt the gliding strategy built is written there as text."""
+    ``dump_prompts``, every prompt the gliding strategy built is written there as text.
+    ``cache_model``: the Anthropic model whose prompt cache bills ``cached_cost``."""
     settings = settings or ContextSettings()
     counter = exact_counter(settings.tokenizer)
+    cache = CacheModel(encoder(settings.tokenizer), cache_model)
     records = load_records(path)
     out: dict[str, Any] = {"trajectories": len(records), "input": str(path),
-                           "settings": settings.model_dump(), "strategies": {}}
+                           "settings": settings.model_dump(), "strategies": {},
+                           "cached_cost": {
+                               "simulator": "gliding/bench/cache_sim.py",
+                               "model": cache_model, "tokenizer": settings.tokenizer,
+                               "min_tokens": anthropic_min_tokens(cache_model),
+                               "ttl_s": 300, "call_interval_s": cache.interval_s,
+                               "weights": {"cache_read": 0.1, "cache_write": 1.25,
+                                           "uncached": 1.0},
+                               "marks": "gliding: its engine's; others: the last message",
+                               "openai_read_share": "openai/gpt-4o-mini, no marks"}}
     per: dict[str, list[Tally]] = {name: [] for name in STRATEGIES}
     archive_ms: list[float] = []
     plot: dict[str, list[int]] = {}
@@ -312,7 +370,7 @@ def run_bench(path: Path, *, settings: ContextSettings | None = None,
                 for name, make in makers.items():
                     folder = (dump_prompts / f"{i:03d}-{_safe(label)}"
                               if dump_prompts is not None and name == "gliding" else None)
-                    tally, strategy = replay(record, make, counter, dump=folder)
+                    tally, strategy = replay(record, make, counter, dump=folder, cache=cache)
                     _recoverability(tally, strategy, record)
                     per[name].append(tally)
                     if isinstance(strategy, Gliding):
@@ -348,6 +406,10 @@ def _aggregate(tallies: list[Tally], naive: list[Tally]) -> dict[str, Any]:
         "total_prompt_tokens": total,
         "peak_prompt_tokens": max(t.peak for t in tallies),
         "cached_cost": round(cost, 1),
+        "cache_read_share": _ratio(sum(t.cache_read for t in tallies),
+                                   sum(t.input_tokens for t in tallies)),
+        "openai_read_share": _ratio(sum(t.openai_read for t in tallies),
+                                    sum(t.openai_input for t in tallies)),
         "fact_recall": _ratio(sum(t.facts_found for t in tallies), sum(t.facts for t in tallies)),
         "facts": sum(t.facts for t in tallies),
         "recoverability": _ratio(sum(t.recovered for t in tallies),

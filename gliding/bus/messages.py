@@ -89,7 +89,8 @@ class UsageWire(_Message):
     prompt_tokens: NonNegativeInt = 0
     completion_tokens: NonNegativeInt = 0
     cached_tokens: NonNegativeInt = 0
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # of the calls whose cost is known
+    unpriced_calls: NonNegativeInt = 0  # calls whose cost nobody knows (no price for the model)
 
 
 class TurnLine(_Message):

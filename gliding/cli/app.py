@@ -119,6 +119,14 @@ def _fail(exc: Exception) -> None:
         error = stop_error(exc)
         if error is None:
             raise exc
+    from gliding.errors import ProviderUnavailable
+
+    if isinstance(error, ProviderUnavailable) and error.job:  # run, resume: no report to show
+        from gliding.cli.logs import terminal_safe
+
+        typer.echo(f"\nOutcome: INTERRUPTED — the model provider stayed unreachable: "
+                   f"{terminal_safe(_clipped(error.reason))}\n"
+                   f"Resume: gliding resume {error.job}")
     _say(_clipped(f"error: {error}"), event="cli.error", level="error", code=error.code,
          exit_code=error.exit_code, error=_clipped(error.message), hint=error.hint)
     raise typer.Exit(error.exit_code)
@@ -707,6 +715,9 @@ def bench_context(
     png: Path | None = typer.Option(None, "--png", help="Plot (default: next to --out)."),
     dump_prompts: Path | None = typer.Option(
         None, "--dump-prompts", help="Write every prompt gliding built here, one file a call."),
+    cache_model: str = typer.Option(
+        "anthropic/claude-3-5-haiku-latest", "--cache-model",
+        help="The Anthropic model whose simulated prompt cache bills cached_cost."),
 ) -> None:
     """Replay trajectories through naive, obs_mask, compact_recent and gliding contexts."""
     from gliding.errors import GlidingError
@@ -717,7 +728,7 @@ def bench_context(
         settings = _settings()
         result = run_bench(trajectories, settings=settings.context,
                            progress=lambda line: _say(line, event="bench.progress"),
-                           dump_prompts=dump_prompts)
+                           dump_prompts=dump_prompts, cache_model=cache_model)
         text = json.dumps(result, indent=2)
         if out:
             out.write_text(text + "\n", encoding="utf-8")
@@ -732,6 +743,41 @@ def bench_context(
                for name, s in result["strategies"].items()}
     typer.echo(json.dumps({"trajectories": result["trajectories"], "strategies": summary},
                           indent=2) if out else text)
+
+
+@bench_app.command("cache")
+def bench_cache(
+    bodies: Path = typer.Argument(..., help="JSON-lines file of captured request bodies "
+                                  "(scripts/bench_cache.py --bodies, or a fake provider's "
+                                  "recording)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
+    min_tokens: int | None = typer.Option(
+        None, "--min-tokens", help="Anthropic's minimum cacheable prompt (default: by model, "
+        "2048 for Haiku, 1024 otherwise)."),
+    ttl: float = typer.Option(300.0, "--ttl", help="Anthropic cache entry lifetime, s."),
+    openai_ttl: float = typer.Option(300.0, "--openai-ttl",
+                                     help="OpenAI cache entry lifetime when idle, s."),
+) -> None:
+    """Simulate Anthropic's and OpenAI's prompt caches on captured request bodies: cache-read
+    share of input tokens over all calls, steady state and after a resume, per provider."""
+    from gliding.errors import GlidingError
+
+    try:
+        from gliding.bench.cache import load_calls, run_cache_bench
+
+        _settings()
+        _bounded("--ttl", ttl, 1, 86_400)
+        _bounded("--openai-ttl", openai_ttl, 1, 86_400)
+        if min_tokens is not None:
+            _bounded("--min-tokens", min_tokens, 1, 1_000_000)
+        calls = load_calls(bodies)
+        result = run_cache_bench(calls, min_tokens=min_tokens, ttl_s=ttl,
+                                 openai_ttl_s=openai_ttl)
+        result["input"] = str(bodies)
+    except GlidingError as exc:
+        _fail(exc)
+        return
+    _write_result(result, out, result)
 
 
 @bench_app.command("prefetch")

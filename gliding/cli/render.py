@@ -16,6 +16,9 @@ from typing import Any
 
 from gliding.bus.messages import JobEvent
 from gliding.cli.logs import terminal_safe
+from gliding.core.messages import Usage
+from gliding.core.prices import CostTotal
+from gliding.llm.port import free_backend
 from gliding.scheduler.report import JobReport
 from gliding.tools.sandbox import UNPROTECTED
 
@@ -34,15 +37,18 @@ def _progress_line(event: JobEvent) -> str | None:
         if event.data.get("confined"):
             return f"job {event.job}: {event.data['line']}"
         return f"job {event.job}: WARNING {UNPROTECTED}"
+    if event.event == "job.toolchain.refused":
+        return f"job {event.job}: toolchain: not mounted {d['path']} ({d['what']}): {d['why']}"
     if event.event == "job.workspace_changed":
         return (f"job {event.job}: the workspace changed since the job last recorded it; "
                 "the agents go on with it as it is now")
     if event.event == "role.started":
         return f"[{d['role']}] started (cycle {d['cycle']}, attempt {d['attempt']})"
     if event.event == "turn":
+        cost = CostTotal(float(d["job_cost_usd"]), int(d.get("job_unpriced_calls") or 0))
         return (f"[{d['role']} turn {d['turn']}] {d['summary']}  "
                 f"| prompt {d['prompt_tokens']} tok, job {d['job_prompt_tokens']} tok, "
-                f"${d['job_cost_usd']:.4f}")
+                f"{cost.text(free=d.get('cost_free'))}")
     if event.event == "role.finished":
         replayed = f", {d['replayed']} replayed from the archive" if d.get("replayed") else ""
         return f"[{d['role']}] {d['status']} after {d['turns']} turn(s){replayed}"
@@ -51,7 +57,21 @@ def _progress_line(event: JobEvent) -> str | None:
             return f"[CA] all checks passed → {d['next']}"
         failed = "; ".join(d.get("failed") or ()) or "a check failed"
         return f"[CA] FAIL {failed} → {d['next']}"
+    if event.event == "llm.retry":
+        return (f"[{d['session']}] model {d['model']}: {d['fault']}, retry "
+                f"{d['retry']}/{d['retries']} in {d['delay_s']:.1f}s")
+    if event.event == "llm.fallback":
+        return (f"[{d['session']}] model {d['model']}: {d['fault']}, retries spent → "
+                f"falling back to {d['next_model']}")
     return None
+
+
+def cost_fields(usage: Usage) -> dict[str, Any]:
+    """A cost in JSON: ``cost_usd`` is null when some call had no price (``cost_known``
+    false); ``cost_usd_at_least`` is the sum of the calls whose cost is known."""
+    return {"cost_usd": usage.cost_usd if usage.cost.known else None,
+            "cost_known": usage.cost.known, "cost_usd_at_least": usage.cost_usd,
+            "unpriced_calls": usage.unpriced_calls}
 
 
 def report_dict(report: JobReport, *, archive: str, model: str) -> dict[str, Any]:
@@ -74,13 +94,17 @@ def report_dict(report: JobReport, *, archive: str, model: str) -> dict[str, Any
         "checked_files": dict(report.checked_files),
         "roles": [{"role": r.role, "turns": r.turns, "prompt_tokens": r.usage.prompt_tokens,
                    "completion_tokens": r.usage.completion_tokens,
-                   "cached_tokens": r.usage.cached_tokens, "cost_usd": r.usage.cost_usd,
+                   "cached_tokens": r.usage.cached_tokens, **cost_fields(r.usage),
                    "schema_tokens": r.schema_tokens}
                   for r in report.roles],
         "total": {"prompt_tokens": report.total.prompt_tokens,
                   "completion_tokens": report.total.completion_tokens,
                   "cached_tokens": report.total.cached_tokens,
-                  "cost_usd": report.total.cost_usd},
+                  **cost_fields(report.total)},
+        # the models whose calls had no price; cost_free: "local" or "scripted" when the
+        # job's model costs nothing by nature (its $0 is known)
+        "unpriced_models": list(report.unpriced_models),
+        "cost_free": free_backend(model),
         "artifacts": [{"path": p, "iri": i} for p, i in report.artifacts],
         "skipped_artifacts": [{"path": p, "why": why} for p, why in report.skipped_artifacts],
         "turns": [{"role": t.role, "turn": t.turn, "summary": t.summary, "iri": t.iri}
@@ -145,15 +169,20 @@ def report_text(d: dict[str, Any]) -> str:
         lines.append("Warning: the workspace changed behind the job's back before a resume.")
     lines.append("Tokens and cost per role (as the model reported them):")
     lines.append(f"  {'role':4} {'turns':>5} {'prompt':>8} {'completion':>10} {'cached':>7} "
-                 f"{'cost $':>9} {'schema':>7}")
+                 f"{'cost $':>13} {'schema':>7}")
+    free = d.get("cost_free")
     for r in d["roles"]:
         lines.append(f"  {r['role']:4} {r['turns']:>5} {r['prompt_tokens']:>8} "
-                     f"{r['completion_tokens']:>10} {r['cached_tokens']:>7} {r['cost_usd']:>9.4f}"
-                     f" {r['schema_tokens']:>7}")
+                     f"{r['completion_tokens']:>10} {r['cached_tokens']:>7} "
+                     f"{_cost_of(r).cell(free=free):>13} {r['schema_tokens']:>7}")
     t = d["total"]
     lines.append(f"  {'all':4} {'':>5} {t['prompt_tokens']:>8} {t['completion_tokens']:>10} "
-                 f"{t['cached_tokens']:>7} {t['cost_usd']:>9.4f}")
+                 f"{t['cached_tokens']:>7} {_cost_of(t).cell(free=free):>13}")
     lines.append("  (schema: cl100k tokens of the tool schemas in the role's prompt)")
+    if not _cost_of(t).known:
+        models = ", ".join(d.get("unpriced_models") or ()) or "?"
+        lines.append(f"Cost: {_cost_of(t).text()}: no price is known for {models}; give it "
+                     "one in llm.prices (docs/config.md, 'Prices and costs')")
     ctx = d["context"]
     if ctx["append_only_baseline_tokens"]:
         saved = 1 - ctx["prompt_tokens"] / ctx["append_only_baseline_tokens"]
@@ -169,6 +198,13 @@ def report_text(d: dict[str, Any]) -> str:
         lines += [f"  {a['path']}  {a['why']}" for a in d["skipped_artifacts"]]
     lines.append(f"Archive: {d['archive']}  (read back: gliding memory show IRI)")
     return "\n".join(terminal_safe(line) for line in lines)
+
+
+def _cost_of(d: dict[str, Any]) -> CostTotal:
+    """The cost a report row or total holds (``cost_fields``; a report of a Gliding before
+    unpriced calls has only ``cost_usd``)."""
+    at_least = d.get("cost_usd_at_least", d.get("cost_usd"))
+    return CostTotal(float(at_least or 0.0), int(d.get("unpriced_calls") or 0))
 
 
 # What json.dumps(ensure_ascii=False) leaves raw although a terminal acts on it: DEL, the C1
@@ -253,8 +289,13 @@ def status_text(s: dict[str, Any]) -> str:
     if p:
         roles = ", ".join(f"{r} {n}" for r, n in p["turns_by_role"].items()) or "none yet"
         t = p["tokens"]
+        cost = CostTotal(float(t.get("cost_usd_at_least", t.get("cost_usd")) or 0.0),
+                         int(t.get("unpriced_calls") or 0))
         lines.append(f"turns:     {p['turns']} ({roles})")
         lines.append(f"tokens:    prompt {t['prompt']}, completion {t['completion']}, "
-                     f"${t['cost_usd']:.4f}")
+                     f"{cost.text(free=t.get('cost_free'))}")
+        if not cost.known:
+            lines.append(f"unpriced:  {', '.join(t.get('unpriced_models') or ()) or '?'} "
+                         "(no price known; give it one in llm.prices)")
         lines.append(f"archive:   {s.get('archive')} ({p['archive_status']})")
     return "\n".join(terminal_safe(line) for line in lines)

@@ -29,10 +29,96 @@ class LocalModelSettings(_Section):
     seed: int = Field(0, ge=0, le=2**32 - 1)
 
 
+MAX_PRICE = 1_000_000.0  # USD per million tokens; far above any model's
+
+
+class PriceSettings(_Section):
+    """What one model costs, in USD per million tokens (docs/config.md, "Prices and costs")."""
+
+    input: float = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)  # prompt tokens not cached
+    output: float = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)  # completion tokens
+    # prompt tokens read from / written to the provider's prompt cache; None: input's price
+    cache_read: float | None = Field(None, ge=0, le=MAX_PRICE, allow_inf_nan=False)
+    cache_write: float | None = Field(None, ge=0, le=MAX_PRICE, allow_inf_nan=False)
+
+
+class LLMRoleSettings(_Section):
+    """How one role calls a hosted model (``llm.roles.<ROLE>``)."""
+
+    max_tokens: int | None = Field(None, ge=1, le=1 << 20)  # reply cap; None: llm.max_tokens
+    model: str | None = Field(None, min_length=1)  # the role's model; None: the job's model
+    fallbacks: tuple[str, ...] | None = None  # the role's fallback models; None: llm.fallbacks
+
+
+def _json_object(value: Any, what: str) -> Any:
+    """A mapping given as a JSON object in an environment variable, decoded."""
+    if isinstance(value, str):
+        import json
+
+        try:
+            return json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a JSON object of {what}: {exc}") from None
+    return value
+
+
+class RetrySettings(_Section):
+    """How a hosted model is retried on a fault worth retrying (429, 5xx, 529, timeout, a lost
+    connection; docs/config.md, "Provider faults")."""
+
+    max_attempts: int = Field(6, ge=1, le=100)  # calls of one model for one request, first too
+    initial_s: float = Field(1.0, gt=0, le=600, allow_inf_nan=False)  # first retry's ceiling
+    max_s: float = Field(30.0, gt=0, le=3600, allow_inf_nan=False)  # any wait, Retry-After's too
+    # seconds one model may take on one request, waits included; then the next fallback
+    max_total_s: float = Field(300.0, gt=0, le=86_400, allow_inf_nan=False)
+    # a model whose retries ran out is skipped this long while a fallback is left (0: never)
+    cooldown_s: float = Field(60.0, ge=0, le=86_400, allow_inf_nan=False)
+
+
 class LLMSettings(_Section):
     model: str = "local"  # default model when neither the task nor --model names one
     timeout_s: float = Field(120.0, gt=0, le=3600, allow_inf_nan=False)  # per hosted call
+    # base URL of an OpenAI-compatible server (vLLM, llama-server, Ollama) for every hosted
+    # model; wins over litellm's OPENAI_API_BASE and the like. None: the provider's own
+    api_base: str | None = None
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # key's var
+    fallbacks: tuple[str, ...] = ()  # tried in turn when a model stays unreachable
+    retry: RetrySettings = RetrySettings()
+    # most tokens one reply of a hosted model may have (sent as max_tokens; never the model's
+    # own maximum, which litellm would otherwise send)
+    max_tokens: int = Field(4096, ge=1, le=1 << 20)
+    # per role: {DA: {max_tokens: 8192}}; a role left out uses the keys above
+    roles: dict[str, LLMRoleSettings] = {}  # keys: PA, DA, CA, AA
+    # model -> {input, output, cache_read, cache_write} in USD per million tokens; wins over
+    # litellm's cost map (docs/config.md, "Prices and costs")
+    prices: dict[str, PriceSettings] = {}
     local: LocalModelSettings = LocalModelSettings()
+
+    @field_validator("api_base")
+    @classmethod
+    def _api_base(cls, value: str | None) -> str | None:
+        return _http_url(value, "http://127.0.0.1:8000/v1")
+
+    @field_validator("fallbacks")
+    @classmethod
+    def _fallbacks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not m.strip() for m in value):
+            raise ValueError("a fallback model may not be empty")
+        return tuple(m.strip() for m in value)
+
+    @field_validator("roles", mode="before")
+    @classmethod
+    def _roles(cls, value: Any) -> Any:
+        value = _json_object(value, "roles")  # GLIDING_LLM__ROLES='{"DA": {"max_tokens": 8}}'
+        for role in value if isinstance(value, dict) else ():
+            if role not in ("PA", "DA", "CA", "AA"):
+                raise ValueError(f"unknown role {role!r} (roles: PA, DA, CA, AA)")
+        return value
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _prices(cls, value: Any) -> Any:
+        return _json_object(value, "prices")  # GLIDING_LLM__PRICES='{"openai/x": {...}}'
 
 
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\.?")
@@ -90,6 +176,22 @@ class WebSettings(_Section):
         return value
 
 
+class ToolchainSettings(_Section):
+    # mount, read-only, the interpreters and tools the PATH and VIRTUAL_ENV of Gliding's own
+    # process resolve to (`gliding run`: the caller's; daemon, worker: theirs); docs/tools.md
+    auto: bool = True
+    mounts: tuple[str, ...] = ()  # more read-only paths every sandboxed command sees
+    allow: tuple[str, ...] = ()  # paths or patterns a task file's venv: and mounts: may name
+
+    @field_validator("mounts", "allow")
+    @classmethod
+    def _absolute(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            if not entry.strip().startswith(("/", "~")):
+                raise ValueError(f"must be absolute paths (or start with ~), got {entry!r}")
+        return tuple(entry.strip() for entry in value)
+
+
 class ToolSettings(_Section):
     # bash and check commands: "bwrap" confines them (docs/tools.md), "off" runs them on the
     # host unconfined (YAML's bare off is accepted)
@@ -102,6 +204,7 @@ class ToolSettings(_Section):
     env_allow: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "TMPDIR")
     bash: BashSettings = BashSettings()
     web: WebSettings = WebSettings()
+    toolchain: ToolchainSettings = ToolchainSettings()
 
     @field_validator("sandbox", mode="before")
     @classmethod

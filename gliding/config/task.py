@@ -17,6 +17,8 @@ A task file says what to achieve and within which limits::
       - file_exists: hello.txt
       - file_contains: {path: hello.txt, text: "Hello, World!"}
       - command: "test -s hello.txt"      # or {run: "...", timeout_s: 30}
+    venv: /srv/venvs/app        # its commands' Python; mounts: [...] more read-only paths;
+                                # both only where the host's tools.toolchain.allow admits them
 
 ``load_task`` reads and validates one; the pydantic ``*Spec`` models are the file's schema (the
 edge), ``Task`` is the frozen value the rest of Gliding uses. Every problem is a
@@ -26,6 +28,7 @@ anything, not even the workspace. The format is documented in docs/config.md.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any, ClassVar, Literal
@@ -47,6 +50,7 @@ from pydantic_core import PydanticCustomError
 from gliding.config.settings import MCPServerSettings, mcp_server_names
 from gliding.config.yamlsource import (
     USER_FILE_MAX_BYTES,
+    LineMap,
     describe_validation_error,
     load_yaml_with_lines,
     read_yaml_text,
@@ -85,6 +89,10 @@ class Task:
     mcp_servers: dict[str, MCPServerSettings] = field(default_factory=dict)
     # role -> tool groups it gets in this task besides its role file's ({PA: [web]})
     tool_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # a virtual environment and more read-only paths for its sandboxed commands, absolute;
+    # a host mounts them only where its tools.toolchain.allow admits them (docs/tools.md)
+    venv: Path | None = None
+    mounts: tuple[Path, ...] = ()
 
 
 def load_task(path: Path) -> Task:
@@ -153,6 +161,7 @@ def load_task_text(text: str, source: str, base_dir: Path) -> Task:
         raise TaskFileError(f"{source}:{line}: workspace: {shown(spec.workspace)} is {workspace}"
                             f", {refused}", hint=WORKSPACE_HINT)
     turns = spec.budgets.turns
+    venv, mounts = _toolchain_paths(spec, path.parent, source, lines)
     return Task(
         goal=spec.goal,
         workspace=workspace,
@@ -168,7 +177,27 @@ def load_task_text(text: str, source: str, base_dir: Path) -> Task:
         network=spec.network,
         mcp_servers=dict(spec.mcp_servers),
         tool_groups=dict(spec.tool_groups),
+        venv=venv,
+        mounts=mounts,
     )
+
+
+def _toolchain_paths(spec: TaskSpec, base: Path, source: str, lines: LineMap
+                     ) -> tuple[Path | None, tuple[Path, ...]]:
+    """``venv`` and ``mounts`` absolute: relative to the task file's directory, ``~``
+    expanded. Symlinks are followed, and the host's allow list applied, when the job starts
+    on the host that runs it (``gliding.tools.toolchain``)."""
+    def absolute(key: tuple[Any, ...], given: str) -> Path:
+        try:
+            return Path(os.path.normpath(base.resolve() / Path(given).expanduser()))
+        except (OSError, RuntimeError) as exc:  # no such ~user
+            where = ".".join(str(k) if isinstance(k, str) else f"[{k}]" for k in key)
+            raise TaskFileError(f"{source}:{lines.get(key, lines[()])}: "
+                                f"{where.replace('.[', '[')}: cannot use {shown(given)}: "
+                                f"{exc}") from exc
+
+    venv = None if spec.venv is None else absolute(("venv",), spec.venv)
+    return venv, tuple(absolute(("mounts", i), m) for i, m in enumerate(spec.mounts))
 
 
 # --- where a job may work ----------------------------------------------------------------------
@@ -241,6 +270,8 @@ def task_record(task: Task) -> dict[str, Any]:
         "mcp_servers": {name: server.model_dump(mode="json")
                         for name, server in task.mcp_servers.items()},
         "tool_groups": {role: list(groups) for role, groups in task.tool_groups.items()},
+        "venv": None if task.venv is None else str(task.venv),
+        "mounts": [str(m) for m in task.mounts],
     }
 
 
@@ -260,7 +291,9 @@ def task_from_record(data: dict[str, Any]) -> Task:
             mcp_servers={str(name): MCPServerSettings.model_validate(server)
                          for name, server in (data.get("mcp_servers") or {}).items()},
             tool_groups={str(role): tuple(str(g) for g in groups)
-                         for role, groups in (data.get("tool_groups") or {}).items()})
+                         for role, groups in (data.get("tool_groups") or {}).items()},
+            venv=Path(data["venv"]) if data.get("venv") else None,
+            mounts=tuple(Path(m) for m in data.get("mounts") or ()))
     except (KeyError, TypeError, ValueError) as exc:  # ValidationError is a ValueError
         raise TaskFileError(f"the job's archived task record is damaged: {exc}") from exc
 
@@ -507,6 +540,21 @@ class TaskSpec(_Spec):
     mcp_servers: dict[str, MCPServerSettings] = {}
     # role -> tool groups it gets in this task besides its role file's, e.g. {DA: [web]}
     tool_groups: dict[str, tuple[str, ...]] = {}
+    # a virtual environment for its sandboxed commands, and more read-only paths; a host
+    # mounts them only where its tools.toolchain.allow admits them
+    venv: NonBlank | None = None
+    mounts: tuple[NonBlank, ...] = ()
+
+    @field_validator("mounts", mode="before")
+    @classmethod
+    def _mounts(cls, value: Any) -> Any:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            raise _invalid(f"must be a list of paths, got a {_kind(value)}")
+        return tuple(value)
 
     @field_validator("tool_groups", mode="before")
     @classmethod

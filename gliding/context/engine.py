@@ -35,6 +35,8 @@ from gliding.memory.summaries import ChainEntry, SummaryChain, Weights, base_of,
 MESSAGE_FLOOR = 16  # tokens a cut message keeps at least (its framing and the cut notice)
 WORKING_SET = "(working set)"  # the tool label of a live prefetch block
 READ_BACK_TOOLS = frozenset({"read_result", "grep_result"})  # already archived: never re-routed
+# their answer is what the model needs whole (the schemas of the tools tool_search loaded)
+WHOLE_TOOLS = READ_BACK_TOOLS | {"tool_search"}
 
 
 @dataclass
@@ -48,6 +50,19 @@ class _Live:
     whole: bool = True  # the prompt holds the source in full (not routed, not cut)
     ids: frozenset[str] = frozenset()  # identifiers the prompt shows of this message
     summary: str | None = None  # the model's own one-line summary of this turn
+
+
+@dataclass(frozen=True)
+class CacheMarks:
+    """Where a provider's prompt cache should break: after the last tool (``tools``) and after
+    the messages at ``messages`` (indices, ascending)."""
+
+    tools: bool = False
+    messages: tuple[int, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.messages) + self.tools
 
 
 @dataclass
@@ -130,7 +145,7 @@ class ContextEngine:
             self.facts.observe_use(said, self._turn, self._prefix_ids)
             if self.settings.prefetch.enabled:
                 self.predictor.observe_action([i for i in said if i not in self._prefix_ids])
-        if message.role == "tool" and (tool or message.name) not in READ_BACK_TOOLS:
+        if message.role == "tool" and (tool or message.name) not in WHOLE_TOOLS:
             routed = route_result(message.content, iri=iri, tool=tool or message.name,
                                   threshold=self.settings.tool_result_iri.threshold,
                                   preview_size=self.settings.tool_result_iri.preview_size)
@@ -249,15 +264,43 @@ class ContextEngine:
             out.append(f"<{relative(warm.iri, base)}> {text}")
         return Message("user", "\n".join(out))
 
+    def cache_marks(self, messages: Sequence[Message], *, tools: bool = False) -> CacheMarks:
+        """Where a provider's prompt cache should break (Anthropic: the prefix up to each mark
+        is cached, and a call reads the longest cached prefix within 20 blocks before a mark),
+        at most ``cache_breakpoints``, chosen in this order:
+
+        1. the newest message (not the working-set block, which the next prompt drops): the
+           next call, one turn longer, finds this one's prefix a few blocks back;
+        2. the end of the history blocks, or, before the first compaction, of the stable
+           prefix (system, demonstrations, assignment): what survives a compaction;
+        3. the end of the system prompt (index 0), the same for a session's every assignment;
+        4. the end of the tool list (``tools``: the request has tools), the same for every
+           session of the role;
+        5. the end of the stable prefix, when a history block took its place in 2.
+
+        ``messages`` is the list ``prompt`` returned."""
+        budget = self.settings.cache_breakpoints
+        if not budget or not messages:
+            return CacheMarks()
+        newest = len(messages) - 1
+        if self.live and self.live[-1].tool == WORKING_SET and newest > 0:
+            newest -= 1
+        middle = (len(self.prefix) + len(self._segments) - 1 if self._segments
+                  else len(self.prefix) - 1)
+        chosen: list[int] = []
+        mark_tools = False
+        for mark in (newest, middle, 0, -1, len(self.prefix) - 1):
+            if len(chosen) + mark_tools >= budget:
+                break
+            if mark == -1:
+                mark_tools = tools
+            elif 0 <= mark <= newest and mark not in chosen:
+                chosen.append(mark)
+        return CacheMarks(mark_tools, tuple(sorted(chosen)))
+
     def breakpoints(self, messages: Sequence[Message]) -> list[int]:
-        """Where a provider's prompt cache should break, at most ``cache_breakpoints``: the end
-        of the stable prefix, the end of the history blocks, the newest message."""
-        marks = [len(self.prefix) - 1]
-        if self._segments:
-            marks.append(len(self.prefix) + len(self._segments) - 1)
-        marks.append(len(messages) - 1)
-        return sorted(set(m for m in marks if m >= 0))[-self.settings.cache_breakpoints:] \
-            if self.settings.cache_breakpoints else []
+        """The messages ``cache_marks`` marks (without a tool list)."""
+        return list(self.cache_marks(messages).messages)
 
     def recall(self, query: str, limit: int = 8) -> list[ChainEntry]:
         """Compacted turns (kept or evicted) that share the most terms with ``query``, by their

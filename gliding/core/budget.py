@@ -1,5 +1,8 @@
 """Budgets of a job: turns per role, prompt and completion tokens and cost (for the job and per
-role), and wall time. Pure arithmetic; the caller passes ``now`` from its clock."""
+role), and wall time. Pure arithmetic; the caller passes ``now`` from its clock.
+
+A cost budget also ends the job when a call's cost is unknown (``Usage.unpriced_calls``): an
+unknown cost cannot be kept under a limit, and counting it as $0 would let the job spend on."""
 
 from __future__ import annotations
 
@@ -52,8 +55,8 @@ class BudgetTracker:
             return f"prompt token budget of {lim.prompt_tokens} spent"
         if lim.completion_tokens is not None and spent.completion_tokens >= lim.completion_tokens:
             return f"completion token budget of {lim.completion_tokens} spent"
-        if lim.cost_usd is not None and spent.cost_usd > lim.cost_usd:
-            return f"cost budget of ${lim.cost_usd:.4f} exceeded"
+        if lim.cost_usd is not None and (why := _cost_over(spent, lim.cost_usd, "")):
+            return why
         if lim.wall_time_s is not None and now - self.started_at >= lim.wall_time_s:
             return f"wall time budget of {lim.wall_time_s:g}s spent"
         if role is None:
@@ -64,6 +67,20 @@ class BudgetTracker:
         if ((cap := lim.role_completion_tokens.get(role)) is not None
                 and mine.completion_tokens >= cap):
             return f"{role}'s completion token budget of {cap} spent"
-        if (cost := lim.role_cost_usd.get(role)) is not None and mine.cost_usd > cost:
-            return f"{role}'s cost budget of ${cost:.4f} exceeded"
+        if (cost := lim.role_cost_usd.get(role)) is not None and (
+                why := _cost_over(mine, cost, f"{role}'s ")):
+            return why
         return None
+
+
+def _cost_over(spent: Usage, limit: float, whose: str) -> str:
+    """Why ``spent`` is past a cost budget of ``limit`` ("" when it is not). A call without a
+    price counts as past it: its cost is unknown, so the budget can no longer be kept (a job
+    with a cost budget is refused before it starts when a model it may call has no price)."""
+    if spent.unpriced_calls:
+        n = spent.unpriced_calls
+        return (f"{whose}cost budget of ${limit:.4f} cannot be kept: {n} call{'s' * (n != 1)} "
+                "had no price (set llm.prices for the model)")
+    if spent.cost_usd > limit:
+        return f"{whose}cost budget of ${limit:.4f} exceeded"
+    return ""

@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gliding.core.prices import CostTotal
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -71,12 +73,22 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class Usage:
-    """Token and cost accounting of one model call."""
+    """Token and cost accounting of one model call, or the sum of several.
+
+    ``cost_usd`` sums the calls whose cost is known; ``unpriced_calls`` counts those whose cost
+    nobody knows (a hosted model without a price), which add nothing to ``cost_usd``. So the
+    true cost is ``cost_usd`` when ``unpriced_calls`` is 0, and at least that otherwise.
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
     cost_usd: float = 0.0
+    unpriced_calls: int = 0
+
+    @property
+    def cost(self) -> CostTotal:
+        return CostTotal(self.cost_usd, self.unpriced_calls)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -84,6 +96,7 @@ class Usage:
             self.completion_tokens + other.completion_tokens,
             self.cached_tokens + other.cached_tokens,
             self.cost_usd + other.cost_usd,
+            self.unpriced_calls + other.unpriced_calls,
         )
 
 

@@ -143,7 +143,14 @@ class JobList(_Wire):
 class Tokens(_Wire):
     prompt: int
     completion: int
-    cost_usd: float
+    cost_usd: float | None = Field(description="USD; null when some call had no price")
+    cost_known: bool = True
+    cost_usd_at_least: float = Field(0.0, description="USD of the calls with a known cost")
+    unpriced_calls: int = 0
+    unpriced_models: list[str] = Field(default_factory=list,
+                                       description="Models of the calls without a price")
+    cost_free: str | None = Field(None, description="local or scripted: the job's model "
+                                                    "costs nothing by nature")
 
 
 class Progress(_Wire):

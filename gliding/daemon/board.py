@@ -16,6 +16,7 @@ messages meant for its predecessor; a resumed job's directory waits one lease be
 
 from __future__ import annotations
 
+import concurrent.futures
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 
 import anyio
 import structlog
+from anyio.abc import TaskStatus
+from anyio.from_thread import BlockingPortal
 
 from gliding.bus.port import Bus
 from gliding.config.settings import Settings
@@ -30,7 +33,7 @@ from gliding.errors import GlidingError
 from gliding.memory.archive import Archive
 from gliding.memory.blackboard import Blackboard
 from gliding.memory.coherence.nodes import JobNodeStore
-from gliding.memory.coherence.service import Cache, Directory
+from gliding.memory.coherence.service import BoardClosed, Cache, CoherenceTimeout, Directory
 from gliding.memory.coherence.views import CoherentViews
 
 log = structlog.get_logger("gliding.daemon")
@@ -92,18 +95,43 @@ class BoardViews:
 
 @dataclass
 class JobBoard(BoardViews):
-    """The job's process's side: its directory and the cache ingestion writes through."""
+    """The job's process's side: its directory and the cache ingestion writes through.
+
+    Ingestion writes from worker threads through ``portal``, which ``job_board`` runs while
+    the job's context lasts and stops (cancelling what is in flight) before the directory and
+    the caches go: a write to a closing board fails at once, and a thread waiting on one is
+    released, never left waiting on an event loop that will not serve it."""
 
     directory: Directory
     writer: Cache
+    portal: BlockingPortal | None = field(default=None, kw_only=True)
+    wait_s: float = field(default=60.0, kw_only=True)  # a thread waits no longer than this
 
     def write(self, iri: str, jsonld: str) -> int:
         """``Ingestor``'s writer: blocks the calling worker thread until acknowledged.
 
         Raises:
-            CoherenceTimeout, BusError: as ``Cache.write``.
+            BoardClosed: the job's board is closing (or closed); the write did not happen.
+            CoherenceTimeout, BusError: as ``Cache.write``; CoherenceTimeout also when no
+                answer came within ``wait_s``.
         """
-        return anyio.from_thread.run(self.writer.write, iri, jsonld)
+        portal = self.portal
+        if portal is None:
+            raise BoardClosed(f"the blackboard of job {self.job} is closed: {iri} not written")
+        try:
+            future = portal.start_task_soon(self.writer.write, iri, jsonld)
+        except RuntimeError as exc:  # the portal stopped between the check and the call
+            raise BoardClosed(f"the blackboard of job {self.job} is closing: {iri} not "
+                              "written") from exc
+        try:
+            return future.result(timeout=self.wait_s)
+        except concurrent.futures.CancelledError as exc:
+            raise BoardClosed(f"the blackboard of job {self.job} closed while {iri} was "
+                              "being written: it may or may not have taken effect") from exc
+        except TimeoutError as exc:
+            future.cancel()
+            raise CoherenceTimeout(f"the write of {iri} got no answer within {self.wait_s:g}s",
+                                   hint="read the node again before relying on it") from exc
 
 
 @asynccontextmanager
@@ -128,8 +156,25 @@ async def job_board(bus: Bus, board: Blackboard, archive: Archive, job: str,
         await tg.start(reader.serve)
         views = CoherentViews(reader, count)
         await tg.start(views.serve)
-        yield JobBoard(job, views, settings.memory.recall.briefing_tokens, directory, writer)
+        portal = await tg.start(_serve_portal)
+        jb = JobBoard(job, views, settings.memory.recall.briefing_tokens, directory, writer,
+                      portal=portal, wait_s=4 * lease)
+        try:
+            yield jb
+        finally:
+            # first the writes in flight (their threads get BoardClosed), then the caches
+            jb.portal = None
+            with anyio.CancelScope(shield=True):
+                await portal.stop(cancel_remaining=True)
         tg.cancel_scope.cancel()
+
+
+async def _serve_portal(*, task_status: TaskStatus[BlockingPortal]) -> None:
+    """A portal for threads to run coroutines on this loop, in a task of its own (stopping it
+    cancels what runs in it, not the task that stops it)."""
+    async with BlockingPortal() as portal:
+        task_status.started(portal)
+        await portal.sleep_until_stopped()
 
 
 @asynccontextmanager

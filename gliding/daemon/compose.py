@@ -48,14 +48,17 @@ from gliding.config.task import (
 )
 from gliding.core.budget import BudgetTracker, Limits
 from gliding.core.clock import Clock, SystemClock
+from gliding.core.crashpoints import crash_point
 from gliding.core.ids import new_job_id
 from gliding.core.iri import record_iri
 from gliding.core.messages import Usage
+from gliding.core.prices import Price
 from gliding.daemon.board import JobBoard, job_board
 from gliding.daemon.jobs import FINISHED, JobLock, WorkspaceLock, record_stop, stop_error
 from gliding.daemon.runtime import Runtime, open_bus
-from gliding.errors import ArchiveError, TaskFileError, UsageError
+from gliding.errors import ArchiveError, ProviderUnavailable, TaskFileError, UsageError
 from gliding.llm.port import LLM, backend_kind
+from gliding.llm.prices import refuse_unpriced_cost_budget, settings_price
 from gliding.memory.archive import Archive, archive_path
 from gliding.memory.archive_port import ArchivePort, LocalArchive
 from gliding.memory.ingest import Ingestor
@@ -71,6 +74,7 @@ from gliding.tools.groups import GROUP_NAMES, job_groups, known_group
 from gliding.tools.sandbox import Sandbox
 from gliding.tools.snapshot import MAX_FILES, Snapshot, snapshot
 from gliding.tools.snapshot import mark as workspace_mark
+from gliding.tools.toolchain import resolve_toolchain
 
 if TYPE_CHECKING:
     from gliding.mcp.client import MCPGroup
@@ -83,11 +87,49 @@ MAX_ARTIFACTS_BYTES = 64 << 20  # all of a job's archived files together, at mos
 
 
 def build_llm(model: str, settings: Settings) -> LLM:
-    """The backend a model string names: ``local``, ``local:<gguf>``, ``scripted:<replies>``
-    or a litellm string.
+    """The job's model: the backend ``model`` names (``backend``) with its fallbacks
+    (``llm.fallbacks``) and, when one of them is hosted, retries on provider faults
+    (``gliding/llm/resilient.py``, ``llm.retry``); a role with a model or fallbacks of its
+    own (``llm.roles.<ROLE>``) calls those (``gliding/llm/routing.py``).
 
     Raises:
-        UsageError: ``scripted`` without a file, or a replies file that cannot be used.
+        UsageError: as ``backend`` raises it.
+        LLMError: the local model file is missing.
+    """
+    built: dict[str, LLM] = {}
+
+    def chain(first: str, fallbacks: tuple[str, ...]) -> LLM:
+        names = tuple(dict.fromkeys((first, *fallbacks)))
+        models = [built[m] if m in built else built.setdefault(m, backend(m, settings))
+                  for m in names]
+        if len(models) == 1 and backend_kind(first) != "litellm":
+            return models[0]
+        from gliding.llm.faults import RetryPolicy
+        from gliding.llm.resilient import ResilientLLM
+
+        r = settings.llm.retry
+        return ResilientLLM(models, RetryPolicy(r.max_attempts, r.initial_s, r.max_s,
+                                                r.max_total_s, r.cooldown_s))
+
+    default = chain(model, settings.llm.fallbacks)
+    own = {role: chain(r.model or model, settings.llm.fallbacks if r.fallbacks is None
+                       else r.fallbacks)
+           for role, r in settings.llm.roles.items()
+           if r.model is not None or r.fallbacks is not None}
+    if not own:
+        return default
+    from gliding.llm.routing import ByRole
+
+    return ByRole(default, own)
+
+
+def backend(model: str, settings: Settings) -> LLM:
+    """The backend a model string names: ``local``, ``local:<gguf>``, ``scripted:<replies>``
+    or a litellm string (with ``llm.api_base`` and the key in ``llm.api_key_env``).
+
+    Raises:
+        UsageError: ``scripted`` without a file, or a replies file that cannot be used;
+            ``llm.api_key_env`` names a variable that is not set.
         LLMError: the local model file is missing.
     """
     kind = backend_kind(model)
@@ -105,7 +147,38 @@ def build_llm(model: str, settings: Settings) -> LLM:
         return FileScriptedLLM(Path(model.split(":", 1)[1]).expanduser())
     from gliding.llm.hosted import HostedLLM
 
-    return HostedLLM(model, timeout_s=settings.llm.timeout_s)
+    llm_settings = settings.llm
+    api_key = None
+    if llm_settings.api_key_env is not None:
+        api_key = os.environ.get(llm_settings.api_key_env)
+        if not api_key:
+            raise UsageError(f"llm.api_key_env names {llm_settings.api_key_env}, which is not "
+                             "set", hint=f"export {llm_settings.api_key_env}=<the key>, or "
+                             "unset llm.api_key_env to use the provider's usual variable")
+    return HostedLLM(model, timeout_s=llm_settings.timeout_s, max_tokens=llm_settings.max_tokens,
+                     api_base=llm_settings.api_base, api_key=api_key,
+                     role_max_tokens={role: own.max_tokens
+                                      for role, own in llm_settings.roles.items()
+                                      if own.max_tokens is not None},
+                     price=settings_price(model, llm_settings.prices))
+
+
+def check_cost_budget(task: Task, settings: Settings, model: str | None = None) -> None:
+    """Refuse ``task`` when it has a cost budget and a model its job may call has no price
+    (``llm.prices``, else litellm's cost map: imported only then).
+
+    Raises:
+        TaskFileError: such a model (exit 2); nothing of the job is written yet.
+    """
+    if task.cost_usd is None:
+        return
+
+    def litellm_price(model: str) -> Price | None:
+        from gliding.llm.hosted import litellm_price
+
+        return litellm_price(model)
+
+    refuse_unpriced_cost_budget(task, settings, model, lookup=litellm_price)
 
 
 @dataclass(frozen=True)
@@ -125,7 +198,8 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
     Raises:
         UsageError: the model string or replies file is unusable, or the workspace cannot be
             created or written. TaskFileError: the workspace is one no job may have
-            (``workspace_refusal``). WorkspaceBusy: another job of the data directory works in
+            (``workspace_refusal``), or the task has a cost budget and a model without a price
+            (``check_cost_budget``). WorkspaceBusy: another job of the data directory works in
             it. In these cases nothing of the job is written. ArchiveError: the archive cannot
             be written, the disk is full (the job stops as ``interrupted``; ``gliding resume``
             may continue it). GlidingError: any other error that stopped the job, as one
@@ -133,6 +207,8 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
     """
     chosen = model or task.model or settings.llm.model
     backend = llm or build_llm(chosen, settings)
+    await anyio.to_thread.run_sync(check_cost_budget, task, settings,  # refused: nothing
+                                   backend.name if llm else chosen)  # is written
     roles = load_roles()
     clock = clock or SystemClock()
     job = job_id or new_job_id(clock.now())
@@ -176,8 +252,9 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
         NotFoundError: the data directory has no such job. JobBusy: it runs elsewhere.
         WorkspaceBusy: another job works in its workspace. ArchiveError: its archive or
         journal is damaged, or it cannot be written. UsageError: its model is unusable.
-        TaskFileError: its workspace is one no job may have. GlidingError: any other error
-        that stopped it (recorded as for ``run_job``).
+        TaskFileError: its workspace is one no job may have, or it has a cost budget and a
+        model without a price. GlidingError: any other error that stopped it (recorded as for
+        ``run_job``).
     """
     clock = clock or SystemClock()
     check_agents(settings)
@@ -192,6 +269,7 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
                 raise ArchiveError(f"job {job} was stopped before it was set up",
                                    hint="nothing of it ran: run its task file again")
             task = task_from_record(record)
+            await anyio.to_thread.run_sync(check_cost_budget, task, settings, model_spec)
             _check_workspace(task, settings, create=False)
             workspace_lock = WorkspaceLock(settings.data_dir, task.workspace, job).acquire()
             stack.callback(workspace_lock.release)
@@ -293,6 +371,12 @@ async def _execute(j: _Job, state: SupervisorState, commands: list[Command], *,
         error = stop_error(exc, state.job)
         if error is None:
             raise
+        if isinstance(error, ProviderUnavailable) and error.job is None:
+            error = ProviderUnavailable(
+                f"job {state.job} interrupted: {error.message}", job=state.job,
+                reason=error.message,
+                hint=f"run `gliding resume {state.job}` once the provider answers (archived "
+                     "turns and tool results are replayed, not run again)")
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(record_stop, j.archive, error)
         if error is exc:
@@ -367,7 +451,9 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                           checked_files=checked, skipped_artifacts=skipped,
                           resumed=int(archive.get_meta("resumes", 0)),
                           workspace_changed=j.workspace_changed)
-    return dataclasses.replace(report, board_updates=board_updates)
+    calls = await anyio.to_thread.run_sync(archive.calls)
+    unpriced = tuple(sorted({c.model for c in calls if not c.priced}))
+    return dataclasses.replace(report, board_updates=board_updates, unpriced_models=unpriced)
 
 
 def mcp_groups(task: Task, settings: Settings) -> list[MCPGroup]:
@@ -395,7 +481,8 @@ async def agent_parts(job: str, task: Task, settings: Settings, base: dict[str, 
     budget = BudgetTracker(limits_of(task), started_at=clock.monotonic())
     for call in await port.calls():  # what earlier runs of the job already paid
         budget.record(call.role, Usage(call.prompt_tokens, call.completion_tokens,
-                                       call.cached_tokens, call.cost_usd))
+                                       call.cached_tokens, call.cost_usd,
+                                       0 if call.priced else 1))
     checks = ChecksGroup(task.checks)
     mcp = mcp_groups(task, settings)
     roles = task_roles(base, mcp, task)
@@ -530,8 +617,12 @@ def check_agents(settings: Settings) -> None:
 async def _close(job: str, tools: Any, bus: Bus, *, quiet: bool) -> None:
     """Close the tool groups, then the bus, each even when the other fails. ``quiet``: an
     error is on its way out already, so a failure here is logged, not raised over it."""
+
+    async def teardown_point() -> None:  # a crash here must not keep anything below open
+        crash_point("teardown")
+
     first: BaseException | None = None
-    for close in (tools.aclose, bus.aclose):
+    for close in (teardown_point, tools.aclose, bus.aclose):
         try:
             await close()
         except Exception as exc:
@@ -569,16 +660,27 @@ async def _runtime(given: Runtime | None, settings: Settings) -> AsyncIterator[R
 async def job_sandbox(job: str, task: Task, settings: Settings,
                    on_event: Callable[[JobEvent], None] | None) -> Sandbox:
     """The sandbox of the job's commands, after checking it can run (the data directory is
-    hidden from them); the first event says what confines them.
+    hidden from them), with the toolchain this process's PATH and VIRTUAL_ENV and the task's
+    venv and mounts give it; the first event says what confines them, the next ones what of
+    the toolchain was left out.
 
     Raises:
         SandboxError: bubblewrap cannot run here and tools.sandbox is not off.
+        TaskFileError: the task's venv or mounts are not allowed on this host, or are missing.
     """
-    sandbox = Sandbox.of(settings.tools, network=task.network, hidden=(settings.data_dir,))
+    toolchain = await anyio.to_thread.run_sync(functools.partial(
+        resolve_toolchain, settings.tools, task, data_dir=settings.data_dir,
+        environ=dict(os.environ)))
+    sandbox = Sandbox.of(settings.tools, network=task.network, hidden=(settings.data_dir,),
+                         toolchain=toolchain)
     await anyio.to_thread.run_sync(sandbox.require)
     if on_event is not None:
         on_event(JobEvent(job=job, event="job.sandbox",
                           data={"confined": sandbox.confined, "line": sandbox.describe()}))
+        for left in toolchain.refused if sandbox.confined else ():
+            on_event(JobEvent(job=job, event="job.toolchain.refused",
+                              data={"path": str(left.path), "what": left.what,
+                                    "why": left.why}))
     return sandbox
 
 

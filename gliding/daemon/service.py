@@ -59,13 +59,20 @@ from gliding.core.ids import new_job_id
 from gliding.core.iri import job_iri, parse_iri
 from gliding.core.text import clip
 from gliding.daemon import queue as q
-from gliding.daemon.compose import JobHandle, build_llm, resume_job, run_job
+from gliding.daemon.compose import (
+    JobHandle,
+    build_llm,
+    check_cost_budget,
+    resume_job,
+    run_job,
+)
 from gliding.daemon.jobs import FINISHED as OUTCOMES
 from gliding.daemon.jobs import job_info, record_stop
 from gliding.daemon.queue import TERMINAL, JobQueue, JobStateError, QueuedJob
 from gliding.daemon.runtime import Runtime
 from gliding.errors import GlidingError, IRIError, NotFoundError, TaskFileError, UsageError
-from gliding.memory.archive import Archive, archive_path, open_for_iri
+from gliding.llm.port import free_backend
+from gliding.memory.archive import Archive, CallRecord, archive_path, open_for_iri
 from gliding.tools.groups import GROUP_NAMES, known_group
 
 log = structlog.get_logger("gliding.daemon")
@@ -215,7 +222,8 @@ class JobService:
         known to be usable.
 
         Raises:
-            TaskFileError: the task does not validate. UsageError: a bad name, base_dir or
+            TaskFileError: the task does not validate, or has a cost budget and a model
+                without a price (``check_cost_budget``). UsageError: a bad name, base_dir or
                 model (or replies file). ServiceStopping. ArchiveError.
         """
         if self.stopping:
@@ -239,6 +247,7 @@ class JobService:
         model = _model_spec(model, base)
         chosen = model or task.model or self.settings.llm.model
         await anyio.to_thread.run_sync(build_llm, chosen, self.settings)  # refused now
+        await anyio.to_thread.run_sync(check_cost_budget, task, self.settings, chosen)
         for _ in range(8):  # a job id drawn twice in one second: draw again
             try:
                 entry: QueuedJob = await self._q(
@@ -695,8 +704,20 @@ def archived_status(data_dir: Path, job: str) -> dict[str, Any] | None:
             "last_turn": turns[-1].iri if turns else None,
             "tokens": {"prompt": sum(c.prompt_tokens for c in calls),
                        "completion": sum(c.completion_tokens for c in calls),
-                       "cost_usd": round(sum(c.cost_usd for c in calls), 6)},
+                       **_ledger_cost(calls, info.model)},
             "archive": str(path)}
+
+
+def _ledger_cost(calls: list[CallRecord], model: str | None) -> dict[str, Any]:
+    """What the ledger says the calls cost: ``cost_usd`` null when some had no price (then
+    ``cost_usd_at_least`` sums the others), the models without one, and ``cost_free``
+    (``local`` or ``scripted``: the job's model costs nothing by nature)."""
+    unpriced = [c for c in calls if not c.priced]
+    at_least = round(sum(c.cost_usd for c in calls), 6)
+    return {"cost_usd": None if unpriced else at_least, "cost_known": not unpriced,
+            "cost_usd_at_least": at_least, "unpriced_calls": len(unpriced),
+            "unpriced_models": sorted({c.model for c in unpriced}),
+            "cost_free": free_backend(model or "")}
 
 
 def read_page(data_dir: Path, iri: str, offset: int, limit: int) -> dict[str, Any]:

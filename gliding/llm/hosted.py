@@ -3,6 +3,17 @@
 Before the first import we set ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (no cost-map download at
 import) and point ``TIKTOKEN_CACHE_DIR`` at the tokenizer files bundled in litellm's wheel, so
 token counting works without network. The import costs about 3 s, so it happens on first use.
+
+One call is one try (litellm retries nothing); a failure is raised as a ``ProviderError`` whose
+kind says whether it is worth retrying (``gliding.llm.faults.provider_error``), and
+``gliding.llm.resilient`` does the retries and fallbacks. ``api_base``/``api_key`` (the
+settings ``llm.api_base``/``llm.api_key_env``) are passed to litellm, where they win over its
+environment variables.
+
+Every call asks for at most ``max_tokens`` (``llm.max_tokens``, 4096; per role
+``llm.roles.<ROLE>.max_tokens``), never the model's own maximum. Its cost comes from the price
+in the settings (``llm.prices``, computed by ``gliding.core.prices``), else from litellm's cost
+map; a model in neither is an unpriced call (``Usage.unpriced_calls``), never a cost of $0.
 """
 
 from __future__ import annotations
@@ -11,12 +22,17 @@ import importlib.util
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gliding.core.messages import Completion, Message, ToolCall, Usage
+from gliding.core.prices import Price, call_cost, per_million
 from gliding.errors import LLMError
+from gliding.llm.faults import provider_error
 from gliding.llm.port import LLMRequest
+
+DEFAULT_MAX_TOKENS = 4096  # a reply's cap unless llm.max_tokens says otherwise
 
 
 def prepare_offline_environment() -> None:
@@ -46,9 +62,23 @@ def _litellm() -> Any:
 class HostedLLM:
     """Any provider string litellm understands, e.g. ``openai/gpt-4o-mini``."""
 
-    def __init__(self, model: str, *, timeout_s: float = 120.0) -> None:
+    def __init__(self, model: str, *, timeout_s: float = 120.0,
+                 max_tokens: int = DEFAULT_MAX_TOKENS,
+                 role_max_tokens: Mapping[str, int] | None = None,
+                 price: Price | None = None, api_base: str | None = None,
+                 api_key: str | None = None) -> None:
+        """``max_tokens`` caps every reply (``role_max_tokens`` per role, by the request's
+        ``meta["role"]``; a request's own ``max_tokens`` wins). ``price``: the model's price
+        from the settings, which wins over litellm's cost map. ``api_base``/``api_key``: the
+        server and key (``llm.api_base``, ``llm.api_key_env``), passed to litellm, where an
+        explicit one wins over its environment variables."""
         self._model = model
         self._timeout = timeout_s
+        self._api_base = api_base
+        self._api_key = api_key
+        self._max_tokens = max_tokens
+        self._role_max_tokens = dict(role_max_tokens or {})
+        self._price = price
 
     @property
     def name(self) -> str:
@@ -60,12 +90,21 @@ class HostedLLM:
             "model": self._model,
             "messages": with_cache_control([m.to_openai() for m in request.messages],
                                            request.meta.get("cache_breakpoints") or (),
-                                           self._model),
+                                           self._model, limit=ANTHROPIC_MAX_BREAKPOINTS - bool(
+                                               request.tools and request.meta.get("cache_tools"))),
             "timeout": self._timeout,
-            "num_retries": 0,  # timeout_s bounds the whole call; the job's budgets decide retries
+            # one call, one try (litellm passes it on as the SDK's max_retries):
+            # gliding/llm/resilient.py retries
+            "num_retries": 0,
         }
+        if self._api_base:
+            kwargs["api_base"] = self._api_base
+        if self._api_key:
+            kwargs["api_key"] = self._api_key
         if request.tools:
-            kwargs["tools"] = [t.to_openai() for t in request.tools]
+            kwargs["tools"] = tools_with_cache_control([t.to_openai() for t in request.tools],
+                                                       bool(request.meta.get("cache_tools")),
+                                                       self._model)
             if request.tool_choice in ("auto", "required"):
                 kwargs["tool_choice"] = request.tool_choice
             else:
@@ -73,22 +112,20 @@ class HostedLLM:
                     "type": "function",
                     "function": {"name": request.tool_choice},
                 }
-        if request.max_tokens:
-            kwargs["max_tokens"] = request.max_tokens
+        role = str(request.meta.get("role", ""))
+        kwargs["max_tokens"] = request.max_tokens or self._role_max_tokens.get(role,
+                                                                              self._max_tokens)
         if request.temperature is not None:
             kwargs["temperature"] = request.temperature
         started = time.monotonic()
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:  # litellm maps providers to many exception classes
-            raise LLMError(
-                f"{self._model}: {type(exc).__name__}: {exc}",
-                hint="check the model string and the provider's API key variable",
-            ) from exc
+            raise provider_error(self._model, exc, time.time()) from exc
         latency = time.monotonic() - started
         return Completion(
             message=_message(response),
-            usage=_usage(litellm, response),
+            usage=_usage(litellm, response, self._price),
             latency_s=latency,
             model=self._model,
         )
@@ -102,21 +139,41 @@ def is_anthropic(model: str) -> bool:
     return name.startswith(("anthropic/", "claude", "bedrock/anthropic", "vertex_ai/claude"))
 
 
-def with_cache_control(messages: list[dict[str, Any]], breakpoints: Any,
-                      model: str) -> list[dict[str, Any]]:
-    """Anthropic models: mark the messages at ``breakpoints`` (at most 4) with
-    ``cache_control: ephemeral``; every other provider gets the messages unchanged."""
-    if not is_anthropic(model) or not breakpoints:
+def with_cache_control(messages: list[dict[str, Any]], breakpoints: Any, model: str, *,
+                       limit: int = ANTHROPIC_MAX_BREAKPOINTS) -> list[dict[str, Any]]:
+    """Anthropic models: every message's text as one text block, and the messages at
+    ``breakpoints`` (the newest ``limit`` of them, at most 4) marked ``cache_control:
+    ephemeral``, the system prompt included (litellm sends it as a system block carrying the
+    mark). A message is sent in the same shape whether marked or not, so the bytes of an
+    earlier message do not change when the mark moves on. A message without text (a bare tool
+    call) is never marked: Anthropic refuses an empty text block. Every other provider gets
+    the messages unchanged (an OpenAI prompt is cached by its prefix, with no marks)."""
+    if not is_anthropic(model):
         return messages
-    marks = sorted({int(i) for i in breakpoints if 0 <= int(i) < len(messages)})
-    out = list(messages)
-    for i in marks[-ANTHROPIC_MAX_BREAKPOINTS:]:
-        msg = dict(out[i])
-        text = msg.get("content") or ""
-        msg["content"] = [{"type": "text", "text": text,
-                           "cache_control": {"type": "ephemeral"}}]
-        out[i] = msg
+    limit = min(limit, ANTHROPIC_MAX_BREAKPOINTS)
+    marks = sorted({int(i) for i in breakpoints or ()
+                    if 0 <= int(i) < len(messages) and messages[int(i)].get("content")})
+    marked = set(marks[-limit:]) if limit > 0 else set()
+    out = []
+    for i, message in enumerate(messages):
+        text = message.get("content")
+        if isinstance(text, str) and text:
+            block: dict[str, Any] = {"type": "text", "text": text}
+            if i in marked:
+                block["cache_control"] = {"type": "ephemeral"}
+            message = {**message, "content": [block]}
+        out.append(message)
     return out
+
+
+def tools_with_cache_control(tools: list[dict[str, Any]], mark: bool,
+                             model: str) -> list[dict[str, Any]]:
+    """Anthropic models with ``mark``: the last tool carries ``cache_control: ephemeral``, so
+    the tool list (the first part of Anthropic's cached prefix, the same for every session of
+    a role) is cached on its own; litellm forwards the key on the tool. Others: unchanged."""
+    if not mark or not tools or not is_anthropic(model):
+        return tools
+    return [*tools[:-1], {**tools[-1], "cache_control": {"type": "ephemeral"}}]
 
 
 def _message(response: Any) -> Message:
@@ -135,15 +192,44 @@ def _message(response: Any) -> Message:
     return Message("assistant", msg.content or "", tuple(calls))
 
 
-def _usage(litellm: Any, response: Any) -> Usage:
+def _usage(litellm: Any, response: Any, price: Price | None) -> Usage:
+    """Tokens and cost of ``response``: with ``price`` (from the settings) computed here, else
+    by litellm from its cost map; a model litellm has no price for is an unpriced call
+    (``unpriced_calls`` 1, cost unknown), never a cost of 0."""
     usage = getattr(response, "usage", None)
     prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
     completion = int(getattr(usage, "completion_tokens", 0) or 0)
     details = getattr(usage, "prompt_tokens_details", None)
     cached = int(getattr(details, "cached_tokens", 0) or 0) if details else 0
     cached = cached or int(getattr(usage, "cache_read_input_tokens", 0) or 0)
+    written = int(getattr(usage, "cache_creation_input_tokens", 0) or 0)
+    if price is not None:
+        return Usage(prompt, completion, cached,
+                     call_cost(price, prompt_tokens=prompt, completion_tokens=completion,
+                               cache_read_tokens=cached, cache_write_tokens=written))
     try:
-        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
-    except Exception:  # unknown model in the local cost map: cost stays unknown (0)
-        cost = 0.0
-    return Usage(prompt, completion, cached, cost)
+        cost = litellm.completion_cost(completion_response=response)
+    except Exception:  # litellm raises a bare Exception for a model its cost map lacks
+        cost = None
+    if cost is None:
+        return Usage(prompt, completion, cached, 0.0, unpriced_calls=1)
+    return Usage(prompt, completion, cached, float(cost))
+
+
+def litellm_price(model: str) -> Price | None:
+    """The price litellm's local cost map has for ``model``; None when it has none (or litellm
+    is not installed)."""
+    try:
+        litellm = _litellm()
+    except LLMError:
+        return None
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # litellm raises a bare Exception for a model its map lacks
+        return None
+    inp = per_million(info.get("input_cost_per_token"))
+    out = per_million(info.get("output_cost_per_token"))
+    if inp is None or out is None:
+        return None
+    return Price(inp, out, per_million(info.get("cache_read_input_token_cost")),
+                 per_million(info.get("cache_creation_input_token_cost")))

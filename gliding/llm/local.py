@@ -7,7 +7,9 @@ we find the file through ``importlib.metadata`` because importing that package p
 
 Tool calls: the tools are described in the system prompt and the reply is constrained by a JSON
 grammar to exactly one object ``{"tool": <name>, "arguments": {...}}`` whose arguments follow
-that tool's schema, so even a 135M model emits a well-formed call every time.
+that tool's schema, so even a 135M model emits a well-formed call every time. The prompt lists
+the session's declared tools (the same every turn, so llama.cpp reuses the cached prefix); the
+grammar allows the ones callable this turn (``LLMRequest.callable_tools``).
 """
 
 from __future__ import annotations
@@ -188,9 +190,14 @@ class LocalLLM:
 
 
 def _chosen_tools(request: LLMRequest) -> list[ToolSpec]:
+    """The tools the grammar allows: those the model may call this turn
+    (``request.callable_tools``: no ``finish`` before the role may finish, tools a group loaded
+    on demand by their own names), while the prompt lists the session's declared ``tools``,
+    the same on every turn."""
+    tools = list(request.tools if request.callable_tools is None else request.callable_tools)
     if request.tool_choice not in ("auto", "required"):
-        return [t for t in request.tools if t.name == request.tool_choice] or list(request.tools)
-    return list(request.tools)
+        return [t for t in tools if t.name == request.tool_choice] or tools
+    return tools
 
 
 def _parse_action(text: str) -> Message:

@@ -8,9 +8,9 @@ writes into the job's ledger. Backends: ``local`` / ``local:<path.gguf>`` (llama
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from gliding.core.messages import Completion, Message, ToolSpec
 
@@ -25,6 +25,28 @@ class LLMRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)  # role, turn: for scripted models and logs
+    # the tools the model may call this turn, for a backend that constrains its reply (the
+    # local model's grammar); None: ``tools``. A hosted request carries only ``tools``, whose
+    # bytes stay the same for a whole session (agents/offer.py)
+    callable_tools: Sequence[ToolSpec] | None = None
+    time_left_s: float | None = None  # what the job's wall time budget leaves; None: no budget
+    # told of each retry and fallback (llm/resilient.py); the agent loop makes them job events
+    notify: Callable[[ProviderNotice], Awaitable[None]] | None = field(
+        default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ProviderNotice:
+    """A model call about to be tried again (``retry``) or handed to the next model
+    (``fallback``), as ``gliding.llm.resilient`` tells the caller."""
+
+    kind: Literal["retry", "fallback"]
+    model: str  # the model whose call failed
+    fault: str  # what happened, e.g. "429 rate limited"
+    retry: int = 0  # retry: the retry about to be made (1 = the second call)
+    retries: int = 0  # retry: retries at most (llm.retry.max_attempts - 1)
+    delay_s: float = 0.0  # retry: the wait before it
+    next_model: str = ""  # fallback: the model tried next
 
 
 class LLM(Protocol):
@@ -47,3 +69,10 @@ def backend_kind(model: str) -> str:
     if model == "scripted" or model.startswith("scripted:"):
         return "scripted"
     return "litellm"
+
+
+def free_backend(model: str) -> str | None:
+    """``local`` or ``scripted`` when ``model`` runs on a backend whose calls cost nothing by
+    nature (a known $0, not an unknown cost); None for a hosted model."""
+    kind = backend_kind(model)
+    return None if kind == "litellm" else kind

@@ -54,7 +54,7 @@ from gliding.config.settings import Settings
 from gliding.config.task import Task, load_task, load_task_text
 from gliding.core.ids import new_job_id
 from gliding.core.iri import job_iri, parse_iri
-from gliding.daemon.compose import build_llm, run_job
+from gliding.daemon.compose import build_llm, check_cost_budget, run_job
 from gliding.daemon.jobs import FINISHED, list_jobs
 from gliding.daemon.runtime import Runtime, blackboard_path
 from gliding.daemon.service import archived_status as _archived_status
@@ -158,6 +158,7 @@ class Service:
         # here, on a worker thread, rather than on the event loop inside run_job.
         chosen = model or task.model or self.settings.llm.model
         await anyio.to_thread.run_sync(build_llm, chosen, self.settings)
+        await anyio.to_thread.run_sync(check_cost_budget, task, self.settings, chosen)
         data_dir = self.settings.data_dir
         try:  # the shared blackboard opens in it before the first job does
             await anyio.to_thread.run_sync(partial(data_dir.mkdir, parents=True, exist_ok=True))

@@ -40,6 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from gliding.core.crashpoints import crash_point
 from gliding.core.iri import IRI, job_iri, parse_iri
 from gliding.errors import ArchiveError, IRIError, NotFoundError
 from gliding.memory.archive_schema import CALL_COLUMNS, ENTRY_COLUMNS, prepare
@@ -99,6 +100,7 @@ class CallRecord:
     created_at: float | None = None
     turn_iri: str | None = None
     id: int | None = None
+    priced: bool = True  # False: nobody knows what the call cost (cost_usd is 0)
 
 
 def archive_path(data_dir: Path, job: str) -> Path:
@@ -218,6 +220,7 @@ class Archive:
             ArchiveError: the IRI belongs to another job or names no item; it already holds
                 different bytes; the content or meta cannot be encoded; the write failed.
         """
+        crash_point("archive.write")
         key = self._key(iri)
         if not kind:
             raise ArchiveError(f"no kind given for {key}", hint="pass kind='turn', 'result', ...")
@@ -336,10 +339,10 @@ class Archive:
         with self._transaction("record an LLM call") as conn:
             cursor = conn.execute(
                 f"INSERT INTO calls ({CALL_COLUMNS})"
-                " VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (record.job, record.role, record.turn, record.model, record.prompt_tokens,
                  record.completion_tokens, record.cached_tokens, record.latency_s,
-                 record.cost_usd, created_at, record.turn_iri),
+                 record.cost_usd, created_at, record.turn_iri, int(record.priced)),
             )
         return replace(record, id=cursor.lastrowid, created_at=created_at)
 
@@ -355,7 +358,7 @@ class Archive:
             CallRecord(
                 id=r[0], job=r[1], role=r[2], turn=r[3], model=r[4], prompt_tokens=r[5],
                 completion_tokens=r[6], cached_tokens=r[7], latency_s=r[8], cost_usd=r[9],
-                created_at=r[10], turn_iri=r[11],
+                created_at=r[10], turn_iri=r[11], priced=bool(r[12]),
             )
             for r in rows
         ]

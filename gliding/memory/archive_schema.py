@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gliding.errors import ArchiveError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: calls.priced (0: the call's cost is unknown, cost_usd holds 0)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS calls (
     latency_s         REAL NOT NULL,
     cost_usd          REAL NOT NULL,
     created_at        REAL NOT NULL,
-    turn_iri          TEXT
+    turn_iri          TEXT,
+    priced            INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS job (
     key   TEXT PRIMARY KEY,
@@ -51,8 +52,11 @@ CREATE TABLE IF NOT EXISTS job (
 ENTRY_COLUMNS = "iri, kind, sha256, size, created_at, media_type, meta"
 CALL_COLUMNS = (
     "id, job, role, turn, model, prompt_tokens, completion_tokens, cached_tokens, "
-    "latency_s, cost_usd, created_at, turn_iri"
+    "latency_s, cost_usd, created_at, turn_iri, priced"
 )
+# what an archive of an older version needs to read as this one (version 1 knew no unpriced
+# call: its cost_usd of 0 for a model without a price reads as a price of 0)
+MIGRATIONS = {2: "ALTER TABLE calls ADD COLUMN priced INTEGER NOT NULL DEFAULT 1"}
 
 
 def prepare(conn: sqlite3.Connection, path: Path) -> None:
@@ -74,9 +78,15 @@ def prepare(conn: sqlite3.Connection, path: Path) -> None:
                     f"{SCHEMA_VERSION}",
                     hint="upgrade Gliding to read this archive",
                 )
+            fresh = not conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'calls'").fetchone()
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            if not fresh:
+                for to, statement in sorted(MIGRATIONS.items()):
+                    if version < to:
+                        conn.execute(statement)
             if version < SCHEMA_VERSION:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")

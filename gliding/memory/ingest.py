@@ -47,6 +47,7 @@ from urllib.parse import quote
 import structlog
 
 from gliding.bus.messages import PlanStep
+from gliding.core.crashpoints import crash_point
 from gliding.core.iri import hashed_segment, parse_iri, parse_step_session, record_iri
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
@@ -129,6 +130,7 @@ class Ingestor:
         unchanged (its revision is in L0 already). Raises VocabularyError, ArchiveError (nothing
         written) or BlackboardError (the revision is archived, the board write will be retried).
         """
+        crash_point("ingest.write")
         text = to_jsonld(node)
         digest = hashlib.sha256(text.encode()).hexdigest()
         iri = str(node["@id"])

@@ -44,6 +44,7 @@ from gliding.core.iri import record_iri
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
 from gliding.memory.archive import Archive
+from gliding.memory.coherence.service import BoardClosed
 from gliding.memory.ingest import Ingestor, latest_revisions
 from gliding.memory.vocabulary import from_jsonld
 
@@ -104,6 +105,10 @@ class IngestService:
         """Ingest one message (on a worker thread); failures are logged, never raised."""
         try:
             await anyio.to_thread.run_sync(self._ingest, message)
+        except BoardClosed as exc:  # the job is stopping: what stops it is the news, not this
+            self.failed += 1
+            log.info("blackboard.ingest.closed", job=self.ingestor.job, what=message.type,
+                     error=exc.message)
         except GlidingError as exc:
             self.failed += 1
             log.warning("blackboard.ingest.failed", job=self.ingestor.job, what=message.type,

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from gliding.core.crashpoints import crash_point
 from gliding.core.iri import record_iri
 from gliding.memory.archive import Archive
 
@@ -52,6 +53,7 @@ class ArchiveJournal:
         n = self.n
 
         def write() -> None:
+            crash_point("journal.append")
             meta = {"cause": cause, "workspace": self.fingerprint() if self.fingerprint else ""}
             self.archive.put(record_iri(self.archive.job, "journal", str(n)),
                              state.model_dump_json(), kind="journal",

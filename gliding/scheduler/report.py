@@ -46,6 +46,8 @@ class JobReport:
     # what this process's agents were shown between turns (coherence): updates, sent_tokens
     # (changed lines only) and full_tokens (had the whole view been re-sent each time)
     board_updates: dict[str, int] = field(default_factory=dict)
+    # the models of the job's calls whose cost is unknown (no price), from its ledger
+    unpriced_models: tuple[str, ...] = ()
 
 
 def build_report(state: SupervisorState, *, artifacts: tuple[tuple[str, str], ...],
@@ -58,7 +60,8 @@ def build_report(state: SupervisorState, *, artifacts: tuple[tuple[str, str], ..
     usage: dict[str, Usage] = {}
     for role, t in state.totals.items():
         u = t.usage
-        usage[role] = Usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cost_usd)
+        usage[role] = Usage(u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cost_usd,
+                            u.unpriced_calls)
     total = sum(usage.values(), Usage())
     return JobReport(
         job=state.job, outcome=state.outcome,

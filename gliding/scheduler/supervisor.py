@@ -267,7 +267,8 @@ def _account(state: SupervisorState, m: AnswerMsg) -> SupervisorState:
             usage=UsageWire(prompt_tokens=u.prompt_tokens + m.usage.prompt_tokens,
                             completion_tokens=u.completion_tokens + m.usage.completion_tokens,
                             cached_tokens=u.cached_tokens + m.usage.cached_tokens,
-                            cost_usd=u.cost_usd + m.usage.cost_usd),
+                            cost_usd=u.cost_usd + m.usage.cost_usd,
+                            unpriced_calls=u.unpriced_calls + m.usage.unpriced_calls),
             context_tokens=t.context_tokens + m.context_tokens,
             baseline_tokens=t.baseline_tokens + m.baseline_tokens,
             schema_tokens=max(t.schema_tokens, m.schema_tokens))

@@ -26,8 +26,9 @@ Reply = Message | Callable[[LLMRequest], Message]
 _ids = itertools.count()
 
 
-def call(name: str, **arguments: Any) -> Message:
-    """An assistant message asking for one tool call."""
+def call(name: str, /, **arguments: Any) -> Message:
+    """An assistant message asking for one tool call (an argument may be called ``name``, as
+    ``call_tool``'s is)."""
     return Message("assistant", "", (ToolCall(f"s{next(_ids)}", name, dict(arguments)),))
 
 
@@ -44,7 +45,7 @@ class ScriptedLLM:
         script: Mapping[str, Sequence[Reply]] | Sequence[Reply],
         *,
         name: str = "scripted",
-        cost_per_call: float = 0.0,
+        cost_per_call: float | None = 0.0,  # None: a model without a price (cost unknown)
         delay_s: float = 0.0,
     ) -> None:
         if isinstance(script, Mapping):
@@ -76,7 +77,8 @@ class ScriptedLLM:
         usage = Usage(
             prompt_tokens=max(1, prompt_chars // 4),
             completion_tokens=max(1, out_chars // 4),
-            cost_usd=self._cost,
+            cost_usd=self._cost or 0.0,
+            unpriced_calls=1 if self._cost is None else 0,
         )
         return Completion(message=message, usage=usage, latency_s=0.0, model=self._name)
 

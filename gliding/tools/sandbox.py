@@ -6,7 +6,10 @@ With ``tools.sandbox: bwrap`` (the default) a command runs under bubblewrap:
   hidden when it lies inside the workspace, so the archive cannot be read or rewritten;
 - ``/usr`` (and ``/bin``, ``/lib``, ... where they are real directories or links) and ``/opt``
   read-only; of ``/etc`` only what programs need to start and resolve names (``ETC_KEPT``),
-  with a ``passwd`` and ``group`` of its own: no shadow, no keys, no home directory at all;
+  with a ``passwd`` and ``group`` of its own: no shadow, no keys, no home directory;
+- the toolchain (``toolchain.py``), read-only: the interpreters and tools the host's PATH and
+  virtual environment resolve to (their prefixes only, never a credential or configuration
+  directory), with the sandbox's own PATH and a ``python`` link where only ``python3`` exists;
 - a private ``/tmp`` (``HOME`` and ``TMPDIR`` point there), its own ``/proc`` and ``/dev``;
 - new user, PID, IPC, UTS, cgroup and network namespaces: it sees no process of the host
   (Gliding's environment and API keys among them), it has no network unless the task or
@@ -40,10 +43,9 @@ import structlog
 
 from gliding.config.settings import ToolSettings
 from gliding.errors import SandboxError
+from gliding.tools.toolchain import SYSTEM_DIRS, Toolchain
 
 log = structlog.get_logger(__name__)
-
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 ETC_KEPT = (
     "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "debian_version",
     "environment", "gai.conf", "gitconfig", "host.conf", "hosts", "inputrc", "ld.so.cache",
@@ -75,23 +77,25 @@ class Limits:
 @dataclass(frozen=True)
 class Sandbox:
     """How commands of one job are confined. ``hidden``: paths inside the workspace the
-    command must not see (the data directory)."""
+    command must not see (the data directory); ``toolchain``: what it gets read-only besides
+    the system (``resolve_toolchain``), and its PATH."""
 
     mode: str  # "bwrap" or "off"
     network: bool
     limits: Limits
     hidden: tuple[Path, ...] = ()
     bwrap: str = "bwrap"
+    toolchain: Toolchain = Toolchain()
 
     @classmethod
     def of(cls, settings: ToolSettings, *, network: bool | None = None,
-           hidden: Sequence[Path] = ()) -> Sandbox:
+           hidden: Sequence[Path] = (), toolchain: Toolchain | None = None) -> Sandbox:
         """The sandbox ``settings`` ask for; ``network`` (the task's wish) overrides
         ``tools.network`` only to allow it."""
         lim = settings.limits
         return cls(settings.sandbox, bool(network) or settings.network,
                    Limits(lim.cpu_s, lim.memory_mb, lim.processes, lim.file_size_mb),
-                   tuple(Path(p) for p in hidden))
+                   tuple(Path(p) for p in hidden), toolchain=toolchain or Toolchain())
 
     @property
     def confined(self) -> bool:
@@ -104,7 +108,8 @@ class Sandbox:
         net = "network allowed" if self.network else "no network"
         return (f"sandbox: bubblewrap (workspace read-write, system read-only, no home, {net}, "
                 f"{self.limits.processes} processes, {self.limits.memory_mb} MB, "
-                f"{self.limits.cpu_s} CPU s)")
+                f"{self.limits.cpu_s} CPU s)") + (
+                    f"; {self.toolchain.describe()}" if self.toolchain.path else "")
 
     def require(self) -> None:
         """Refuse when bubblewrap cannot run here; with the sandbox off, say what is open.
@@ -124,8 +129,9 @@ class Sandbox:
                      "commands unconfined (not recommended)")
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]:
-        """The command's environment: ``base`` with HOME and TMPDIR in the private /tmp."""
-        env = dict(base)
+        """The command's environment: ``base`` with the toolchain's PATH, VIRTUAL_ENV and
+        PYTHONUSERBASE, and HOME and TMPDIR in the private /tmp."""
+        env = self.toolchain.env(base, confined=self.confined)
         if self.confined:
             env["HOME"] = env["TMPDIR"] = "/tmp"
         return env
@@ -155,7 +161,7 @@ class Sandbox:
             args += ["--ro-bind-data", str(passwd), "/etc/passwd",
                      "--ro-bind-data", str(group), "/etc/group"]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run",
-                 "--bind", ws, ws]
+                 *self.toolchain.bwrap_args(), "--bind", ws, ws]
         for hide in self.hidden:
             if os.path.isdir(hide) and _inside(hide, workspace):  # never made on the host
                 args += ["--tmpfs", os.path.realpath(hide)]

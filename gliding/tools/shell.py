@@ -44,11 +44,11 @@ from gliding.tools.sandbox import (
     make_pids_cgroup,
     remove_cgroup,
 )
+from gliding.tools.toolchain import DEFAULT_PATH
 from gliding.tools.workspace import workspace_root
 
 TAIL_BYTES = 2048  # the last bytes of output kept for check evidence
 DRAIN_GRACE_S = 0.5  # how long to keep reading after the command and its group are gone
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _SIGNAL_NAMES = {int(s): s.name for s in signal.Signals}
 _SECRET_NAME = re.compile(
     r"(?:^|_)(?:API_?)?KEY$|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE

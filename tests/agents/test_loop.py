@@ -109,12 +109,16 @@ def test_every_turn_is_archived_and_summarised(tmp_path: Path) -> None:
     env.archive.archive.close()
 
 
-def test_da_is_not_offered_finish_before_it_did_something(tmp_path: Path) -> None:
+def test_da_may_call_finish_only_after_it_did_something(tmp_path: Path) -> None:
     llm = ScriptedLLM([call("list_dir", path="."), call("finish", summary="looked")])
     env = _env(tmp_path, llm, "DA")
     anyio.run(run_agent, env, "Goal: look")
-    assert "finish" not in [t.name for t in llm.requests[0].tools]
-    assert "finish" in [t.name for t in llm.requests[1].tools]
+    first, second = llm.requests
+    # declared from the first turn (the tool list never changes), callable only once allowed
+    assert [t.name for t in first.tools] == [t.name for t in second.tools]
+    assert "finish" in [t.name for t in first.tools]
+    assert "finish" not in [t.name for t in first.callable_tools or ()]
+    assert "finish" in [t.name for t in second.callable_tools or ()]
     env.archive.archive.close()
 
 

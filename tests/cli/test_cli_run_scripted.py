@@ -148,8 +148,8 @@ def test_progress_events_render_as_lines(job: Ran) -> None:
     events = job.events
     lines = [line for e in events if (line := progress_line(e))]
 
-    assert lines[0].endswith(": sandbox: bubblewrap (workspace read-write, system read-only, "
-                             "no home, no network, 256 processes, 8192 MB, 600 CPU s)")
+    assert (": sandbox: bubblewrap (workspace read-write, system read-only, no home, "
+            "no network, 256 processes, 8192 MB, 600 CPU s); toolchain ") in lines[0]
     assert lines[1].endswith(
         "pipeline PA → DA → CA → AA (explicit: pipeline given in the task file)")
     assert "[CA] all checks passed → accept" in lines

@@ -457,7 +457,11 @@ def test_breakpoints_are_at_most_cache_breakpoints(n: int) -> None:
         history = history_part(p)
         if history and n >= 3:
             seen_with_history = True
-            assert marks == [len(PREFIX) - 1, len(PREFIX) + len(history) - 1, len(p) - 1]
+            # newest, history end, system prompt; then (no tool list here) the prefix end
+            expected = [0, len(PREFIX) + len(history) - 1, len(p) - 1]
+            assert marks == (expected if n == 3 else sorted([*expected, len(PREFIX) - 1]))
+            with_tools = s.engine.cache_marks(p, tools=True)  # the tool list comes fourth
+            assert (with_tools.tools, list(with_tools.messages)) == (n == 4, expected)
     assert n < 3 or seen_with_history
 
 

@@ -126,6 +126,8 @@ def test_the_working_set_is_for_one_prompt_only_and_never_gets_an_l1_line() -> N
     p = s.prompt()
     assert p[-1].content.startswith("[Working set:")
     assert s.engine.live[-1].tool == WORKING_SET and s.engine.warmed
+    # the cache's newest mark is the newest message before the block, which the next drops
+    assert s.engine.cache_marks(p).messages[-1] == len(p) - 2
     quoted = {w.iri for w in s.engine.warmed if w.lines}
     assert quoted and all(w.iri not in {x.iri for x in s.engine.live if x.whole}
                           for w in s.engine.warmed)

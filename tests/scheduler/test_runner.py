@@ -106,7 +106,7 @@ def test_ca_cannot_finish_before_running_the_checks(tmp_path: Path) -> None:
     seen_tools: list[list[str]] = []
 
     def ca_first(request: LLMRequest) -> Message:
-        seen_tools.append([t.name for t in request.tools])
+        seen_tools.append([t.name for t in request.callable_tools or ()])  # callable now
         return call("run_checks")
 
     llm = ScriptedLLM({

@@ -56,7 +56,9 @@ def team(*, path: str = "hello.txt", content: str = "Hello, World!",
 
     def reply(request: LLMRequest) -> Message:
         role = request.meta["role"]
-        tools = {t.name: t for t in request.tools}
+        # what the model may call now: finish only once the role may finish
+        now = request.callable_tools if request.callable_tools is not None else request.tools
+        tools = {t.name: t for t in now}
         if role == "PA":
             return call("finish", steps=[f"Write {path}"])
         if role == "DA":

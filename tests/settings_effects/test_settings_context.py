@@ -168,8 +168,8 @@ def test_tokenizer_unknown_falls_back_to_4_characters_a_token(tmp: Path) -> None
 # --- context.cache_breakpoints -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("value", "marks"), [(None, 2), ("1", 1), ("0", 0)],
-                         ids=["default", "1", "0"])
+@pytest.mark.parametrize(("value", "marks"), [(None, 4), ("2", 2), ("1", 1), ("0", 0)],
+                         ids=["default", "2", "1", "0"])
 def test_cache_breakpoints_is_how_many_marks_each_model_call_gets(
     tmp: Path, value: str | None, marks: int
 ) -> None:
@@ -179,14 +179,18 @@ def test_cache_breakpoints_is_how_many_marks_each_model_call_gets(
 
     first, second = job.llm.requests[:2]
     prefix_end = len(first.messages) - 1  # the first call's prompt is the stable prefix
+    newest = len(second.messages) - 1
     got = second.meta["cache_breakpoints"]
-    assert len(got) == marks
-    if marks == 2:
-        assert DEFAULTS.cache_breakpoints >= 2
-        assert got == [prefix_end, len(second.messages) - 1]
-    elif marks == 1:
-        assert got == [len(second.messages) - 1]
-    assert first.meta["cache_breakpoints"] == ([] if marks == 0 else [prefix_end])
+    assert len(got) + second.meta["cache_tools"] == marks
+    # kept in this order: newest message, prefix end, system prompt, tool list
+    expected = {4: ([0, prefix_end, newest], True), 2: ([prefix_end, newest], False),
+                1: ([newest], False), 0: ([], False)}[marks]
+    assert (got, second.meta["cache_tools"]) == expected
+    if value is None:
+        assert DEFAULTS.cache_breakpoints == 4
+    # the first call's newest message is the prefix end: the next mark in line takes its place
+    assert first.meta["cache_breakpoints"] == {4: [0, prefix_end], 2: [0, prefix_end],
+                                               1: [prefix_end], 0: []}[marks]
 
 
 # --- context.tool_result_iri.threshold ---------------------------------------------------------

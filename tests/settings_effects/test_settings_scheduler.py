@@ -138,7 +138,8 @@ def step_crew(request: LLMRequest) -> Message:
                                      for k in range(1, STEPS + 1)])
     if role == "DA":
         step = str(request.meta["session"]).rsplit(".", 1)[-1]  # DA.<cycle>.<step>
-        if any(t.name == "finish" for t in request.tools):  # offered once the file is written
+        # callable once the file is written
+        if any(t.name == "finish" for t in request.callable_tools or ()):
             return call("finish", summary=f"wrote {step}.txt")
         return call("write_file", path=f"{step}.txt", content=f"step {step}")
     return team()(request)

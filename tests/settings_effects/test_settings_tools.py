@@ -124,8 +124,11 @@ HOST_VIEW = ("test -r /etc/shadow && echo shadow=readable || echo shadow=hidden;
                          [(None, "shadow=hidden\nroot=hidden"),
                           ("off", "shadow=readable\nroot=there")], ids=["default", "off"])
 def test_sandbox_decides_whether_a_command_sees_the_host(
-    tmp: Path, value: str | None, expected: str
+    tmp: Path, monkeypatch: pytest.MonkeyPatch, value: str | None, expected: str
 ) -> None:
+    # no toolchain from the home (a pyenv under /root would be mounted: test_toolchain.py)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
     env = {} if value is None else {"GLIDING_TOOLS__SANDBOX": value}
     settings = settings_from(tmp, env)
     assert os.geteuid() == 0 and os.access("/etc/shadow", os.R_OK)  # the host has them

@@ -64,6 +64,7 @@ from gliding.bus import topics
 from gliding.bus.messages import CoherenceMsg
 from gliding.bus.port import Bus
 from gliding.bus.replies import Replies
+from gliding.core.crashpoints import crash_point
 from gliding.errors import BusError, GlidingError
 from gliding.memory.coherence.protocol import (
     DEFAULT_LEASE_S,
@@ -124,6 +125,12 @@ class CoherenceError(GlidingError):
 
 class CoherenceTimeout(CoherenceError):
     code = "coherence.timeout"
+
+
+class BoardClosed(CoherenceError):
+    """A write to a job's board that is closing: the job is ending (or crashed)."""
+
+    code = "coherence.closed"
 
 
 class NodeStore(Protocol):
@@ -406,6 +413,8 @@ class Directory:
             match effect:
                 case SendTo(to=to, message=message):
                     self.stats.sent += 1
+                    if isinstance(message, WriteAck):
+                        crash_point("coherence.ack")
                     try:
                         await self.bus.publish(topics.coherence_cache(self.space, to),
                                                to_wire(message))
