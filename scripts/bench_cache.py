@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ from gliding.bench.cache_sim import (
     Call,
     OpenAICache,
     Outcome,
+    Reuse,
     anthropic_blocks,
     anthropic_min_tokens,
     openai_blocks,
@@ -149,6 +151,7 @@ class Stream:
 
     def __init__(self, encode: Callable[[str], Any], min_tokens: int, bodies: Path | None) -> None:
         self.caches: dict[tuple[str, str], AnthropicCache | OpenAICache] = {}
+        self.reuse: dict[str, Reuse] = {}
         self.calls: dict[str, list[Call]] = {}
         self.outcomes: dict[str, list[Outcome]] = {}
         self.encode = encode
@@ -158,6 +161,7 @@ class Stream:
         self.bodies = bodies
 
     def add(self, strategy: str, call: Call, request: LLMRequest, model: str) -> None:
+        reusable = self.reuse.setdefault(strategy, Reuse(self.encode)).feed(call)
         variants = [(call.provider, self.min_tokens)]
         if call.provider == ANTHROPIC:
             variants.append((MIN1024, 1024))
@@ -168,7 +172,8 @@ class Stream:
                 cache = (AnthropicCache(self.encode, AnthropicParams(min_tokens=floor))
                          if call.provider == ANTHROPIC else OpenAICache(self.encode))
                 self.caches[key] = cache
-            self.outcomes.setdefault(strategy, []).append(cache.feed(call.body, call.t))
+            self.outcomes.setdefault(strategy, []).append(
+                replace(cache.feed(call.body, call.t), reusable=reusable))
             self.calls.setdefault(strategy, []).append(
                 Call(provider, {}, call.session, call.t, call.tags, call.label))
         self._check(call, request, model)
@@ -376,6 +381,9 @@ def _medians(reports: list[dict[str, Any]]) -> dict[str, Any]:
             if shares:
                 figures[f"{part}_read_share"] = statistics.median(shares)
                 figures[f"{part}_read_share_runs"] = shares
+                figures[f"{part}_ceiling_read_share"] = statistics.median(
+                    r["providers"][provider][part]["ceiling_read_share"] for r in reports
+                    if part in r["providers"].get(provider, {}))
         out[provider] = figures
     return out
 

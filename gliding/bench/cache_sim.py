@@ -18,9 +18,10 @@ so merging two messages into one is a different prompt, as it is for the provide
 Anthropic (docs: "Prompt caching"). Breakpoints are the blocks carrying ``cache_control``
 (a top-level ``cache_control`` puts one on the last block; a mark on the text inside a
 ``tool_result``, where litellm puts a tool message's, is one on the tool result); more than
-``max_breakpoints`` (4) is an API error, counted and billed nothing. Caches are per model. A cache entry is written for the prefix up to each breakpoint whose prefix
-has at least ``min_tokens`` (2,048 for Haiku, 1,024 for Sonnet and Opus); a shorter prefix is
-never cached. For each breakpoint the prefix ending there is looked up, then the prefixes
+``max_breakpoints`` (4) is an API error, counted and billed nothing. Caches are per model. A
+cache entry is written for the prefix up to each breakpoint whose prefix has at least
+``min_tokens`` (2,048 for Haiku, 1,024 for Sonnet and Opus); a shorter prefix is never
+cached. For each breakpoint the prefix ending there is looked up, then the prefixes
 ending at each earlier block, at most ``lookback`` (20) blocks back; the longest live entry
 found is read (and its TTL refreshed), the rest up to the last breakpoint is written, and the
 rest after it is uncached input. Entries live ``ttl_s`` (5 min; ``"ttl": "1h"`` on a
@@ -45,7 +46,7 @@ import hashlib
 import json
 from array import array
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 ANTHROPIC = "anthropic"
@@ -81,6 +82,9 @@ class Outcome:
     breakpoints: int = 0
     below_min: bool = False  # too short to cache: a miss
     error: str | None = None  # the provider would have refused the request
+    # tokens that repeat the session's previous call (the blocks both begin with): what a
+    # cache with no minimum, marks or increments could have read (``Reuse``)
+    reusable: int = 0
 
     @property
     def hit(self) -> bool:
@@ -331,11 +335,36 @@ class OpenAICache:
         return Outcome(total, read, 0, total - read)
 
 
+class Reuse:
+    """How many tokens of each call repeat its session's previous call: the tokens of the
+    blocks both begin with; what a cache with no minimum, marks or increments would read from
+    the session's own history."""
+
+    def __init__(self, encode: Encode) -> None:
+        self.tokens = _Tokens(encode)
+        self.previous: dict[tuple[str, str], list[str]] = {}
+
+    def feed(self, call: Call) -> int:
+        blocks = (anthropic_blocks(call.body)[0] if call.provider == ANTHROPIC
+                  else openai_blocks(call.body))
+        texts = [b.text for b in blocks]
+        before = self.previous.get((call.provider, call.session))
+        self.previous[(call.provider, call.session)] = texts
+        shared = 0
+        for a, b in zip(texts, before or (), strict=False):
+            if a != b:
+                break
+            shared += len(self.tokens(a))
+        return shared
+
+
 def simulate(calls: Sequence[Call], encode: Encode, *,
              anthropic: AnthropicParams | None = None,
              openai: OpenAIParams | None = None) -> list[Outcome]:
     """Every call through its provider's cache (one cache per provider and model), in time
-    order; outcomes in the order of ``calls``."""
+    order; outcomes in the order of ``calls``, with ``reusable`` filled in (sessions as the
+    calls name them)."""
+    reuse = Reuse(encode)
     caches: dict[tuple[str, str], AnthropicCache | OpenAICache] = {}
     out: list[Outcome | None] = [None] * len(calls)
     for i in sorted(range(len(calls)), key=lambda k: calls[k].t):
@@ -350,7 +379,7 @@ def simulate(calls: Sequence[Call], encode: Encode, *,
             else:
                 raise ValueError(f"unknown provider {call.provider!r}")
             caches[(call.provider, model)] = cache
-        out[i] = cache.feed(call.body, call.t)
+        out[i] = replace(cache.feed(call.body, call.t), reusable=reuse.feed(call))
     return [o for o in out if o is not None]
 
 
@@ -414,6 +443,7 @@ class _Sum:
     read: int = 0
     write: int = 0
     uncached: int = 0
+    reusable: int = 0
     cost: float = 0.0
     full_cost: float = 0.0  # the same input with no cache at all
 
@@ -429,6 +459,7 @@ class _Sum:
         self.read += outcome.cache_read
         self.write += outcome.cache_write
         self.uncached += outcome.uncached
+        self.reusable += outcome.reusable
         self.cost += prices.input_cost(outcome)
         self.full_cost += outcome.input_tokens * prices.input / 1e6
 
@@ -439,6 +470,7 @@ class _Sum:
                 "input_tokens": self.input, "cache_read_tokens": self.read,
                 "cache_write_tokens": self.write, "uncached_tokens": self.uncached,
                 "read_share": _ratio(self.read, self.input),
+                "ceiling_read_share": _ratio(self.reusable, self.input),
                 "input_cost_usd": round(self.cost, 6),
                 "input_cost_usd_without_cache": round(self.full_cost, 6)}
 
@@ -475,7 +507,10 @@ def report(calls: Sequence[Call], outcomes: Sequence[Outcome],
     """Per provider (and per label within it): cache-read share of input tokens over all calls,
     over steady-state calls (a session's first call and the call right after a compaction
     excluded), and over first calls after a resume; errors, calls under the minimum length
-    (misses), hit rate and input cost."""
+    (misses), hit rate and input cost; ``ceiling_read_share``: the share that repeats the
+    session's previous call (``Reuse``), the most a cache can read from the session's own
+    history (a cross-session hit, such as a role's tools cached by an earlier job, can add
+    to it)."""
     groups: dict[str, _Group] = {}
     labels: dict[str, dict[str, _Group]] = {}
     for call, outcome in zip(calls, outcomes, strict=True):

@@ -148,3 +148,27 @@ def test_bench_cache_cli_simulates_captured_bodies(tmp_path: Path) -> None:
     done = subprocess.run([GLIDING, "bench", "cache", str(bad)], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and "bad.jsonl:2" in done.stderr
+
+
+def test_context_bench_cached_cost_is_the_simulator_on_the_naive_bodies() -> None:
+    from gliding.bench.cache import encoder
+    from gliding.bench.cache_sim import AnthropicCache, AnthropicParams
+    from gliding.bench.context import CacheModel, Naive, replay, steps_of
+
+    rec = record(24)  # prompts up to ~3,800 tokens: over Haiku's 2,048 minimum
+    counter = TokenCounter()
+    encode = encoder()
+    tally, _ = replay(rec, Naive, counter, cache=CacheModel(encode))
+    cache = AnthropicCache(encode, AnthropicParams(min_tokens=2048))
+    expected, prompt, calls, read = 0.0, [], 0, 0
+    for step in steps_of(rec):
+        if step.role == "assistant":
+            body = anthropic_body(prompt, (), "anthropic/claude-3-5-haiku-latest",
+                                  [len(prompt) - 1])
+            got = cache.feed(body, calls * 10.0)
+            expected += 0.1 * got.cache_read + 1.25 * got.cache_write + got.uncached
+            calls, read = calls + 1, read + got.cache_read
+        prompt.append(Message(step.role, step.text, name=step.tool if step.role == "tool"
+                              else None))  # type: ignore[arg-type]
+    assert tally.calls == calls and tally.cached_cost == expected and read > 0
+    assert tally.cache_read == read

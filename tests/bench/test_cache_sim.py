@@ -272,6 +272,8 @@ def test_report_shares_over_all_steady_and_resumed_calls() -> None:
     read = sum(o.cache_read for o in outcomes[:3])
     assert a["all"]["read_share"] == round(read / sum(o.input_tokens for o in outcomes[:3]), 4)
     assert a["after_resume"]["calls"] == 1 and a["after_resume"]["read_share"] > 0.5
+    assert [o.reusable for o in outcomes[:3]] == [0, total(b(1)), total(b(3))]
+    assert a["steady"]["ceiling_read_share"] >= a["steady"]["read_share"] > 0
     assert a["by_label"]["x"]["all"]["calls"] == 3
     assert r["openai"]["all"]["cache_read_tokens"] == 1920  # 2001 tokens: 1024 + 7 × 128
     haiku = outcomes[0]

@@ -330,8 +330,10 @@ def test_settings_keys_and_env_names() -> None:
     assert ("llm", "local") not in keys  # sections are not keys
     # 21 under context:, 9 under memory:, 4 under mcp:, 5 under bus:, 7 under daemon:, 36
     # elsewhere (21 under tools:: 6 sandbox, 8 web; 4 under scheduler:)
-    # issue 19, provider faults: llm.api_base, api_key_env, fallbacks, retry.* (5)
-    assert len(keys) == len(set(keys)) == 21 + 36 + 9 + 4 + 5 + 7 + 8
+    # issue 19: provider faults: llm.api_base, api_key_env, fallbacks, retry.* (5) = 8;
+    # costs: llm.max_tokens, roles, prices = 3; toolchain: tools.toolchain.auto, mounts,
+    # allow = 3
+    assert len(keys) == len(set(keys)) == 21 + 36 + 9 + 4 + 5 + 7 + 8 + 3 + 3
     assert env_var_name(("llm", "local", "n_ctx")) == "GLIDING_LLM__LOCAL__N_CTX"
 
 

@@ -243,8 +243,9 @@ def test_the_hosted_path_parses_tool_calls_and_usage(tmp: Path, fake_openai: Fak
 
 def test_a_whole_job_runs_on_the_hosted_path(tmp: Path, fake_openai: FakeOpenAI) -> None:
     def answer(body: dict[str, Any]) -> dict[str, Any]:
-        offered = [t["function"]["name"] for t in body.get("tools", [])]
-        if "finish" in offered:
+        # finish is declared from the first call (stable tools): finish once write_file ran
+        # (its result answers this fake's call id; the role's demonstrations have their own)
+        if any(m.get("tool_call_id") == "call_write_file" for m in body.get("messages", [])):
             return tool_call_reply("finish", {"summary": "wrote hello.txt"})
         return tool_call_reply("write_file", {"path": "hello.txt", "content": "Hello!"})
 
