@@ -181,13 +181,12 @@ def anthropic_body(messages: Sequence[Message], tools: Sequence[ToolSpec], model
     """The Messages API body the hosted backend sends through litellm, for caching purposes:
     system blocks, consecutive user and tool messages merged into one user message (tool
     results as ``tool_result`` blocks), assistant tool calls as ``tool_use`` blocks. The marks
-    are the hosted backend's: on messages with text only, the newest 4 (3 with ``cache_tools``).
+    are the hosted backend's (``with_cache_control``): on messages with text only, the newest 4
+    (3 with ``cache_tools``).
     """
     plain = [m.to_openai() for m in messages]
     room = 4 - bool(cache_tools and tools)
-    marks = [i for i in sorted(set(breakpoints))
-             if 0 <= i < len(plain) and plain[i].get("content")]
-    marked = with_cache_control(plain, marks[-room:] if room else [], model)
+    marked = with_cache_control(plain, breakpoints, model, limit=room)
     system: list[dict[str, Any]] = []
     out: list[dict[str, Any]] = []
     for msg in marked:

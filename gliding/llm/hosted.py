@@ -146,13 +146,15 @@ def with_cache_control(messages: list[dict[str, Any]], breakpoints: Any, model: 
     ephemeral``, the system prompt included (litellm sends it as a system block carrying the
     mark). A message is sent in the same shape whether marked or not, so the bytes of an
     earlier message do not change when the mark moves on. A message without text (a bare tool
-    call) is never marked: Anthropic refuses an empty text block. Every other provider gets
+    call, an empty tool result) is never marked: Anthropic refuses an empty text block, so its
+    mark goes to the nearest earlier message with text (the prefix up to there is still
+    written; the cache then misses only the few blocks after it). Every other provider gets
     the messages unchanged (an OpenAI prompt is cached by its prefix, with no marks)."""
     if not is_anthropic(model):
         return messages
     limit = min(limit, ANTHROPIC_MAX_BREAKPOINTS)
-    marks = sorted({int(i) for i in breakpoints or ()
-                    if 0 <= int(i) < len(messages) and messages[int(i)].get("content")})
+    marks = sorted({j for j in (_with_text(messages, int(i)) for i in breakpoints or ()
+                                if 0 <= int(i) < len(messages)) if j is not None})
     marked = set(marks[-limit:]) if limit > 0 else set()
     out = []
     for i, message in enumerate(messages):
@@ -164,6 +166,15 @@ def with_cache_control(messages: list[dict[str, Any]], breakpoints: Any, model: 
             message = {**message, "content": [block]}
         out.append(message)
     return out
+
+
+def _with_text(messages: list[dict[str, Any]], i: int) -> int | None:
+    """The message at ``i`` or the nearest before it whose content is text; None if none."""
+    for j in range(i, -1, -1):
+        text = messages[j].get("content")
+        if isinstance(text, str) and text:
+            return j
+    return None
 
 
 def tools_with_cache_control(tools: list[dict[str, Any]], mark: bool,

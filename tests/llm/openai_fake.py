@@ -48,8 +48,15 @@ def da_reply(body: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class FakeOpenAI:
+    """What the server answers with (``answer(request body)``, after ``delay_s``) and what it
+    received (bodies and paths); ``url`` is its base URL once it runs."""
+
     answer: Callable[[dict[str, Any]], dict[str, Any]] = da_reply
     requests: list[dict[str, Any]] = field(default_factory=list)
+    delay_s: float = 0.0
+    paths: list[str] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    url: str = ""
 
 
 @contextlib.contextmanager
@@ -63,18 +70,24 @@ def serve_fake_openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            fake.paths.append(self.path)
             fake.requests.append(body)
+            if fake.delay_s:
+                fake.release.wait(fake.delay_s)  # set at teardown: no handler outlives the test
             data = json.dumps(fake.answer(body)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:  # the client gave up (timeout) and closed the connection
+                pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    fake.url = url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     for name in ("OPENAI_API_BASE", "OPENAI_BASE_URL"):
         monkeypatch.setenv(name, url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
@@ -84,6 +97,7 @@ def serve_fake_openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
     try:
         yield fake
     finally:
+        fake.release.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)

@@ -21,6 +21,8 @@ from gliding.daemon.jobs import list_jobs
 from gliding.llm.hosted import tools_with_cache_control, with_cache_control
 from gliding.llm.port import LLMRequest
 from gliding.llm.scripted import FileScriptedLLM
+from tests.scheduler.test_resume import REPLIES as RESUME_REPLIES
+from tests.scheduler.test_resume import Crash
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello" / "task.yaml"
 # more than one turn per role (within the task's turn caps), and finish tried before it is
@@ -40,26 +42,6 @@ CA:
 AA:
   - finish: {decision: done, report: hello.txt holds the greeting}
 """
-RESUME_REPLIES = """\
-PA:
-  - finish: {steps: [one, two, three]}
-DA:
-  - bash: {command: "echo one >> log.txt"}
-  - bash: {command: "echo two >> log.txt"}
-  - bash: {command: "echo three >> log.txt"}
-  - finish: {summary: three lines}
-CA:
-  - run_checks: {}
-  - finish: {notes: ok}
-AA:
-  - finish: {decision: done, report: three lines}
-"""
-
-
-class Crash(BaseException):
-    """Stands in for kill -9."""
-
-
 class Recording:
     """The replies file's model, keeping every request; dies on its ``die_at``-th call."""
 

@@ -11,11 +11,8 @@ from __future__ import annotations
 import importlib
 import json
 import multiprocessing
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +27,7 @@ from gliding.llm.hosted import prepare_offline_environment
 from gliding.llm.local import LocalLLM, packaged_model_path
 from gliding.llm.port import LLMRequest
 from gliding.memory.archive import Archive
+from tests.llm.openai_fake import FakeOpenAI, serve_fake_openai
 from tests.settings_effects.effects_support import settings_from, write_task
 
 DEFAULTS = Settings().llm
@@ -59,59 +57,12 @@ def tool_call_reply(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@dataclass
-class FakeOpenAI:
-    """Answers POST /v1/chat/completions with ``answer(request body)`` after ``delay_s``."""
-
-    answer: Answer = field(default=lambda body: tool_call_reply("noop", {}))
-    delay_s: float = 0.0
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-    url: str = ""
-
-
 @pytest.fixture
 def fake_openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            fake.paths.append(self.path)
-            fake.requests.append(body)
-            if fake.delay_s:
-                fake.release.wait(fake.delay_s)  # set at teardown: no handler outlives the test
-            data = json.dumps(fake.answer(body)).encode()
-            try:
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:  # the client gave up (timeout) and closed the connection
-                pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
-    thread.start()
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    for name in ("OPENAI_API_BASE", "OPENAI_BASE_URL"):
-        monkeypatch.setenv(name, fake.url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    try:
+    """The fake OpenAI server of tests/llm/openai_fake.py, answering a no-op tool call."""
+    with serve_fake_openai(monkeypatch) as fake:
+        fake.answer = lambda body: tool_call_reply("noop", {})
         yield fake
-    finally:
-        fake.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 WRITE_FILE = ToolSpec("write_file", "Write a file.", {
