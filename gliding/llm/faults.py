@@ -121,7 +121,8 @@ def provider_error(model: str, exc: BaseException, now: float) -> ProviderError:
     if kind in ("timeout", "connection") or (kind == "overloaded" and status != 529):
         status = None  # litellm puts 500 (or 408) on errors that had no such answer
     retry_after = _retry_after(_headers(exc), now) if kind in RETRYABLE else None
-    message = f"{model}: {label(kind, status)}: {type(exc).__name__}: {_one_line(text)}"
+    message = (f"{model}: {label(kind, status)}: {type(exc).__name__}: "
+               f"{_one_line(_without_class(text, type(exc).__name__))}")
     return ProviderError(message, kind=kind, status=status, retry_after_s=retry_after,
                          hint=None if kind in RETRYABLE else HINTS.get(kind, HINTS["other"]))
 
@@ -151,6 +152,15 @@ def _retry_after(headers: Mapping[str, Any], now: float) -> float | None:
             return max(0.0, value)
     raw = headers.get("retry-after")
     return parse_retry_after(str(raw), now) if raw is not None else None
+
+
+def _without_class(text: str, name: str) -> str:
+    """``text`` without the class names litellm puts before it, once or twice
+    (``litellm.ServiceUnavailableError: ServiceUnavailableError: ...``)."""
+    prefix = re.compile(rf"^\s*(?:litellm\.)?{re.escape(name)}:\s*")
+    while (shorter := prefix.sub("", text, count=1)) != text:
+        text = shorter
+    return text
 
 
 def _one_line(text: str, limit: int = 400) -> str:

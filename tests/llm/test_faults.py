@@ -179,3 +179,10 @@ def test_provider_error_of_a_fault_not_worth_retrying_has_a_hint() -> None:
     error = provider_error("anthropic/x", AuthenticationError("invalid x-api-key"), NOW)
     assert (error.kind, error.status, error.retry_after_s) == ("auth", 401, None)
     assert error.hint is not None and "API key" in error.hint
+
+
+def test_provider_error_names_the_class_once() -> None:
+    text = "litellm.RateLimitError: RateLimitError: OpenAIException - slow down"
+    error = provider_error("openai/x", RateLimitError(text, {}), NOW)
+    assert error.message == ("openai/x: 429 rate limited: RateLimitError: "
+                             "OpenAIException - slow down")
