@@ -292,10 +292,25 @@ def task_from_record(data: dict[str, Any]) -> Task:
                          for name, server in (data.get("mcp_servers") or {}).items()},
             tool_groups={str(role): tuple(str(g) for g in groups)
                          for role, groups in (data.get("tool_groups") or {}).items()},
-            venv=Path(data["venv"]) if data.get("venv") else None,
-            mounts=tuple(Path(m) for m in data.get("mounts") or ()))
+            venv=_record_path("venv", data["venv"]) if data.get("venv") else None,
+            mounts=tuple(_record_path(f"mounts[{i}]", m)
+                         for i, m in enumerate(data.get("mounts") or ())))
     except (KeyError, TypeError, ValueError) as exc:  # ValidationError is a ValueError
         raise TaskFileError(f"the job's archived task record is damaged: {exc}") from exc
+
+
+def _record_path(key: str, value: Any) -> Path:
+    """A toolchain path of a task record (a broker's or worker's, so untrusted): absolute,
+    normalized, without ``..`` (``..`` would walk out of what the host allows).
+
+    Raises:
+        TaskFileError: the path is relative or has a ``..`` component.
+    """
+    text = str(value)
+    if not os.path.isabs(text) or ".." in Path(text).parts:
+        raise TaskFileError(f"the job's task record is refused: {key}: {text} is not an "
+                            "absolute path without '..'")
+    return Path(os.path.normpath(text))
 
 
 def _check_record(check: Check) -> dict[str, Any]:

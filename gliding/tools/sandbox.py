@@ -140,10 +140,16 @@ class Sandbox:
              ) -> list[str]:
         """What to execute for ``command`` (a bash command line) in ``workspace``.
         ``identity``: readable fds of the sandbox's passwd and group (``identity_fds``),
-        inherited by the process."""
+        inherited by the process.
+
+        Raises:
+            ToolError: a toolchain path is no longer the real path it was checked as (a
+                directory swapped for a symlink since the job started).
+        """
         inner = ["/bin/bash", "-c", self._limits_script(), command]
         if not self.confined:
             return inner
+        self.toolchain.recheck()
         ws = str(workspace)
         args = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-all",
                 "--cap-drop", "ALL", "--hostname", "gliding-sandbox"]

@@ -9,19 +9,29 @@ sandbox is given what the host resolves, and nothing that holds a secret:
   Gliding's own process (``tools.toolchain.auto``; ``gliding run``: the caller's), with pyenv's
   shims replaced by the version directories they stand for (``PYENV_VERSION``, else
   ``.python-version`` from the workspace up, else ``$PYENV_ROOT/version``); the interpreters
-  that ``python``, ``python3``, ``pip``, ``pip3`` and ``pytest`` run on, asked once each for
-  ``sys.prefix``, ``sys.base_prefix``, ``sys.exec_prefix`` and the user site; a task's ``venv:``
-  and ``mounts:`` where the host's ``tools.toolchain.allow`` admits them; the operator's
-  ``tools.toolchain.mounts``;
+  that ``python``, ``python3``, ``pip``, ``pip3`` and ``pytest`` run on, asked once each
+  (``-I -S``, from ``/``) for ``sys.prefix``, ``sys.base_prefix``, ``sys.exec_prefix`` and the
+  user site, and believed only where each prefix is an installation; a task's ``venv:`` and
+  ``mounts:`` where the host's ``tools.toolchain.allow`` admits their real paths; the
+  operator's ``tools.toolchain.mounts``. Nothing a sandboxed command could have written (the
+  workspace, the data directory) is ever run on the host: a venv there is read as text
+  (``pyvenv.cfg``) and only its base, outside, is asked;
 - ``plan`` (pure) decides what of it is mounted read-only and the sandbox's ``PATH``, and why
-  anything is refused; ``mount_refusal`` is the rule: never ``/``, the home directory or a
-  directory holding it, a credential or configuration directory (``SECRETS_IN_HOME``,
+  anything is refused; ``mount_refusal`` is the rule: never ``/``, a home directory (every one
+  of the host) or a directory holding one, below a home nothing but a toolchain's directories
+  (``toolchain_shape``: pyenv versions, ``~/.local/bin``, ``~/.local/lib/pythonX.Y``, venvs,
+  conda environments), never a credential or configuration directory (``SECRETS_IN_HOME``,
   ``SECRET_NAMES``), the data directory, a directory holding the workspace, ``/etc``,
-  ``/proc`` and the like.
+  ``/proc`` and the like;
+- ``Toolchain.recheck``, before every command: a mount swapped for a symlink since the check
+  stops the command (bubblewrap would follow it).
 
 The result is a ``Toolchain``, part of the frozen ``Sandbox``: its mounts and ``PATH``, the
 ``VIRTUAL_ENV`` and ``PYTHONUSERBASE`` it sets, a ``python`` link where only ``python3``
 exists, and the line ``describe`` adds to the job's first progress line.
+
+Past 600 lines: the rule, the host read and the probe's distrust of what it runs are one
+threat model, read and reviewed together.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ import structlog
 
 from gliding.config.settings import ToolSettings
 from gliding.config.task import Task
-from gliding.errors import TaskFileError
+from gliding.errors import TaskFileError, ToolError
 
 log = structlog.get_logger(__name__)
 
@@ -72,13 +82,24 @@ SECRET_NAMES = frozenset((
 
 FORBIDDEN_TREES = tuple(Path(p) for p in (
     "/etc", "/proc", "/sys", "/dev", "/run", "/boot", "/var/run", "/var/log", "/var/lib",
-    "/private/etc", "/private/var/run"))
+    "/var/mail", "/var/spool", "/var/backups", "/var/cache", "/private/etc",
+    "/private/var/run"))
 """System trees nothing is mounted from (what the sandbox needs of /etc it binds itself)."""
 
 SHARED_DIRS = tuple(Path(p) for p in (
     "/home", "/root", "/tmp", "/var", "/var/tmp", "/srv", "/mnt", "/media", "/snap", "/Users",
     "/Volumes", "/private", "/private/tmp", "/private/var"))
 """Directories everyone's files are in: something below one may be mounted, never it whole."""
+
+HOMES_BELOW = (Path("/home"), Path("/Users"))
+"""Directories whose every child is taken for a home directory (with ``/root``, the user's
+home and every home of the password database)."""
+
+_CONDA = re.compile(r"(mini|ana)conda\d*|miniforge\d*|mambaforge\d*|micromamba|\.conda|conda")
+_PYTHON_LIB = re.compile(r"python\d+\.\d+t?")
+IN_HOME = ("toolchain directories only: ~/.pyenv/versions/<v>, ~/.local/bin, "
+           "~/.local/lib/pythonX.Y, a virtual environment, a conda environment or a conda "
+           "installation's bin, lib and include")
 
 
 # --- the pure part ------------------------------------------------------------------------------
@@ -126,6 +147,8 @@ class Request:
     pythons: tuple[Python, ...] = ()
     mounts: tuple[Path, ...] = ()  # the operator's and the task's (allowed) extra paths
     mount_path: bool = True  # False (tools.toolchain.auto off): PATH entries are not mounted
+    homes: tuple[Path, ...] = ()  # every home directory of the host besides ``home``
+    venvs: tuple[Path, ...] = ()  # directories the caller found a pyvenv.cfg in
 
 
 @dataclass(frozen=True)
@@ -144,9 +167,57 @@ def _system(path: Path) -> bool:
     return any(_inside(path, Path(d)) for d in SYSTEM_DIRS)
 
 
+def homes_of(path: Path, home: Path | None, homes: Iterable[Path] = ()) -> tuple[Path, ...]:
+    """The home directories the rule guards for ``path``: the user's (``home``), ``homes``
+    (the password database's), ``/root``, and the child of ``/home`` or ``/Users`` that
+    ``path`` lies in; never ``/`` nor a system directory (``bin``'s home is ``/bin``)."""
+    found = [home, *homes, Path("/root")]
+    for parent in HOMES_BELOW:
+        if path.is_relative_to(parent) and len(path.parts) > len(parent.parts):
+            found.append(parent / path.parts[len(parent.parts)])
+    return tuple(dict.fromkeys(
+        h for h in found if h is not None and h.is_absolute() and h != Path(h.anchor)
+        and (h not in SHARED_DIRS or h == Path("/root")) and not _system(h)
+        and not any(_inside(h, t) for t in FORBIDDEN_TREES)))
+
+
+def toolchain_shape(path: Path, home: Path, venvs: Iterable[Path] = ()) -> bool:
+    """Whether ``path``, below the home directory ``home``, is a toolchain directory (or lies
+    in one): ``~/.pyenv/versions/<v>``, ``~/.local/bin``, ``~/.local/lib/pythonX.Y``, uv's
+    Pythons, ``~/.cargo/bin``, ``~/.rustup/toolchains/<x>``, a conda installation's
+    ``envs/<name>``, ``bin``, ``lib`` or ``include``, or one of ``venvs`` (directories the
+    caller found a ``pyvenv.cfg`` in) below the home."""
+    if any(_inside(path, v) and v != home and v.is_relative_to(home) for v in venvs):
+        return True
+    rel = path.relative_to(home).parts
+    match rel:
+        case (".pyenv", "versions", _, *_) | (".local", "bin", *_) | (".cargo", "bin", *_):
+            return True
+        case (".rustup", "toolchains", _, *_) | (".local", "share", "uv", "python", _, *_):
+            return True
+        case (".local", "lib", lib, *_):
+            return bool(_PYTHON_LIB.fullmatch(lib))
+        case (conda, "envs", _, *_):
+            return bool(_CONDA.fullmatch(conda))
+        case (conda, "bin" | "lib" | "include", *_):
+            return bool(_CONDA.fullmatch(conda))
+    return False
+
+
+def conda_root(path: Path, homes: Iterable[Path]) -> bool:
+    """Whether ``path`` is a conda installation's root right below a home (``~/miniconda3``):
+    of it only ``bin``, ``lib`` and ``include`` are mounted (it holds ``.condarc``, the
+    package cache and every other environment)."""
+    return bool(_CONDA.fullmatch(path.name)) and path.parent in homes
+
+
 def mount_refusal(path: Path, *, home: Path | None, data_dir: Path | None,
-                  workspace: Path | None) -> str | None:
-    """Why ``path`` (absolute, symlinks resolved) may not be mounted in the sandbox, or None."""
+                  workspace: Path | None, homes: Iterable[Path] = (),
+                  venvs: Iterable[Path] = ()) -> str | None:
+    """Why ``path`` (absolute, symlinks resolved) may not be mounted in the sandbox, or None.
+
+    Below any home directory (``homes_of``) only toolchain directories (``toolchain_shape``;
+    ``venvs``: directories the caller found a ``pyvenv.cfg`` in) may be mounted."""
     path = Path(os.path.normpath(path))
     if not path.is_absolute():
         return "not an absolute path"
@@ -159,11 +230,13 @@ def mount_refusal(path: Path, *, home: Path | None, data_dir: Path | None,
         return "a directory shared by everyone's files"
     if data_dir is not None and (_inside(path, data_dir) or data_dir.is_relative_to(path)):
         return f"{'inside' if _inside(path, data_dir) else 'holds'} the data directory {data_dir}"
-    if home is not None and home != Path(home.anchor):
-        if path == home:
-            return "the home directory"
-        if home.is_relative_to(path):
-            return f"holds the home directory {home}"
+    guarded = homes_of(path, home, homes)
+    for h in guarded:
+        if path == h:
+            return "the home directory" if h == home else f"the home directory {h}"
+        if h.is_relative_to(path):
+            return f"holds the home directory {h}"
+    if home is not None and home in guarded:
         for name in SECRETS_IN_HOME:
             secret = home / name
             if _inside(path, secret) or secret.is_relative_to(path):
@@ -173,6 +246,11 @@ def mount_refusal(path: Path, *, home: Path | None, data_dir: Path | None,
     if named:
         return (f"inside a {min(named)} directory, which holds credentials, configuration "
                 "or Gliding's data")
+    venvs = tuple(venvs)
+    for h in guarded:
+        if path.is_relative_to(h) and not toolchain_shape(path, h, venvs):
+            where = "~" if h == home else str(h)
+            return f"inside the home directory {where}, of which are mounted {IN_HOME}"
     if workspace is not None and workspace != path and workspace.is_relative_to(path):
         return "holds the workspace (its neighbours would be visible)"
     return None
@@ -186,7 +264,8 @@ def plan(request: Request) -> Plan:
 
     def take(path: Path, what: str, *, mount: bool = True) -> bool:
         path = Path(os.path.normpath(path))
-        why = mount_refusal(path, home=r.home, data_dir=r.data_dir, workspace=r.workspace)
+        why = mount_refusal(path, home=r.home, data_dir=r.data_dir, workspace=r.workspace,
+                            homes=r.homes, venvs=r.venvs)
         if why is not None:
             refused.append(Refusal(path, what, why))
             return False
@@ -206,7 +285,11 @@ def plan(request: Request) -> Plan:
     user_base = None
     for python in r.pythons:
         for prefix in python.prefixes:
-            take(prefix, f"prefix of {python.command}")
+            if conda_root(prefix, homes_of(prefix, r.home, r.homes)):  # its parts, not it
+                for part in ("bin", "lib", "include"):
+                    take(prefix / part, f"prefix of {python.command}")
+            else:
+                take(prefix, f"prefix of {python.command}")
         if python.user_lib is not None and take(python.user_lib, "user site"):
             user_base = user_base or python.user_base
     for extra in r.mounts:
@@ -225,12 +308,22 @@ def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
 
 
 def allowed(path: Path, patterns: Sequence[str]) -> bool:
-    """Whether ``path`` is one of ``patterns`` (paths or shell patterns, ``~`` expanded) or
-    lies below one."""
-    text = str(path)
+    """Whether ``path`` (absolute, without ``..``) is one of ``patterns`` or lies below one.
+
+    A pattern is an absolute path (``~`` expanded), matched component by component: a
+    component may be a shell pattern (``*``, ``?``, ``[...]``) and stands for exactly one
+    component of ``path``, never for ``/`` nor ``..``. ``/`` itself admits nothing."""
+    if not path.is_absolute() or ".." in path.parts:
+        return False
+    parts = Path(os.path.normpath(path)).parts
     for pattern in patterns:
-        pat = os.path.normpath(os.path.expanduser(pattern))
-        if fnmatch.fnmatchcase(text, pat) or fnmatch.fnmatchcase(text, pat.rstrip("/") + "/*"):
+        pat = Path(os.path.normpath(os.path.expanduser(pattern)))
+        if not pat.is_absolute() or pat == Path(pat.anchor) or ".." in pat.parts:
+            continue
+        head = parts[:len(pat.parts)]
+        if len(head) == len(pat.parts) and all(
+                fnmatch.fnmatchcase(part, want)
+                for part, want in zip(head, pat.parts, strict=True)):
             return True
     return False
 
@@ -279,6 +372,24 @@ class Toolchain:
             env["PYTHONUSERBASE"] = str(self.user_base)
         return env
 
+    def recheck(self) -> None:
+        """Refuse when a mount is no longer the real path it was checked as: bubblewrap
+        follows symlinks when it mounts, so one swapped in since ``resolve_toolchain`` (by
+        whoever can write its parent) would expose what it points to. A mount that is gone
+        is left out by ``--ro-bind-try``.
+
+        Raises:
+            ToolError: a mount or a directory above it is now a symlink.
+        """
+        for mount in self.mounts:
+            now = os.path.realpath(mount)
+            if now != str(mount) or os.path.islink(mount):
+                raise ToolError(
+                    f"the toolchain path {mount} changed since the job started: it now leads "
+                    f"to {now}; the command was not run",
+                    hint="find out who replaced it; restart the job to check the toolchain "
+                         "again")
+
     def bwrap_args(self) -> list[str]:
         args: list[str] = []
         for mount in self.mounts:
@@ -307,6 +418,10 @@ def resolve_toolchain(settings: ToolSettings, task: Task | None, *, data_dir: Pa
     """The toolchain of ``task``'s commands on this host, ``environ`` being Gliding's own
     environment (``gliding run``: the caller's).
 
+    Nothing a sandboxed command can write (the workspace, the data directory) is ever run
+    here: an interpreter there, or one whose ``pyvenv.cfg`` points there, is not asked; a
+    venv inside the workspace is read as text, and only its base, outside, is asked.
+
     Raises:
         TaskFileError: the task's ``venv:`` or ``mounts:`` names a path this host's
             ``tools.toolchain.allow`` does not admit, that does not exist, that is not a
@@ -314,24 +429,35 @@ def resolve_toolchain(settings: ToolSettings, task: Task | None, *, data_dir: Pa
     """
     conf = settings.toolchain
     home = home if home is not None else _home()
+    homes = _homes(home)
     data = Path(os.path.realpath(data_dir))
     workspace = Path(os.path.realpath(task.workspace)) if task is not None else Path("/nonexistent")
-    task_venv, task_mounts = (_task_paths(task, conf.allow, home, data, workspace)
-                              if task is not None else (None, ()))
+    writable = (workspace, data)  # what a sandboxed command (this job's or a past one's) wrote
+    refuse = functools.partial(mount_refusal, home=home, data_dir=data, workspace=workspace,
+                               homes=homes)
+    task_venv, task_mounts = (_task_paths(task, conf.allow, refuse) if task is not None
+                              else (None, ()))
     if task_venv is None and conf.auto and environ.get("VIRTUAL_ENV"):
         task_venv = _real(environ["VIRTUAL_ENV"])
     source = environ.get("PATH", DEFAULT_PATH) if "PATH" in settings.env_allow else DEFAULT_PATH
     entries = _resolve_path(source, environ if conf.auto else {}, workspace)
     if not conf.auto:  # only what is there anyway: no interpreter elsewhere is asked
         entries = [e for e in entries if _system(e) or _inside(e, workspace)]
-    refuse = functools.partial(mount_refusal, home=home, data_dir=data, workspace=workspace)
+    extra = tuple(_real(os.path.expanduser(m)) for m in conf.mounts) + task_mounts
+    venvs = _venv_dirs([*entries, *extra, *([task_venv] if task_venv else [])], homes, home)
+    refuse = functools.partial(refuse, venvs=venvs)
     search = ([task_venv / "bin"] if task_venv is not None else []) + list(entries)
-    pythons = _pythons(search, task_venv, refuse, home)
+    pythons = _pythons(search, task_venv, refuse, home, writable)
+    venvs = _venv_dirs([p for py in pythons for p in py.prefixes], homes, home, venvs)
     request = Request(
         path=tuple(entries), home=home, data_dir=data, workspace=workspace, venv=task_venv,
-        pythons=pythons, mount_path=conf.auto,
-        mounts=(*(_real(os.path.expanduser(m)) for m in conf.mounts), *task_mounts))
+        pythons=pythons, mount_path=conf.auto, mounts=extra, homes=homes, venvs=venvs)
     decided = plan(request)
+    # a mount is a real path as it was checked, else recheck() would stop every command
+    moved = [m for m in decided.mounts if _real(m) != m]
+    decided = Plan(tuple(m for m in decided.mounts if m not in moved), decided.path,
+                   decided.refused + tuple(Refusal(m, "mount", f"leads to {_real(m)} (a symlink)")
+                                           for m in moved), decided.user_base)
     path = [str(p) for p in decided.path]
     links: list[tuple[str, str]] = []
     if _find("python", decided.path) is None and (py3 := _find("python3", decided.path)):
@@ -355,8 +481,36 @@ def _home() -> Path | None:
         return None
 
 
+def _homes(home: Path | None) -> tuple[Path, ...]:
+    """Every home directory of the password database and ``$HOME``, real paths."""
+    found = [home, Path(os.environ["HOME"]) if os.environ.get("HOME") else None]
+    try:
+        import pwd  # noqa: PLC0415 - POSIX only
+
+        found += [Path(entry.pw_dir) for entry in pwd.getpwall() if entry.pw_dir]
+    except (ImportError, OSError):
+        pass
+    return tuple(dict.fromkeys(_real(h) for h in found if h is not None and h.is_absolute()))
+
+
 def _real(path: str | Path) -> Path:
     return Path(os.path.realpath(path))
+
+
+def _venv_dirs(paths: Iterable[Path], homes: Sequence[Path], home: Path | None,
+               known: Sequence[Path] = ()) -> tuple[Path, ...]:
+    """The directories below a home, from each of ``paths`` up, that hold a ``pyvenv.cfg``."""
+    found = list(known)
+    for path in paths:
+        for h in homes_of(path, home, homes):
+            if not path.is_relative_to(h):
+                continue
+            for folder in (path, *path.parents):
+                if folder == h or not folder.is_relative_to(h):
+                    break
+                if (folder / "pyvenv.cfg").is_file():
+                    found.append(folder)
+    return tuple(dict.fromkeys(found))
 
 
 _HINT = ("the host decides which paths a task may mount: add the path (or a pattern such as "
@@ -364,18 +518,37 @@ _HINT = ("the host decides which paths a task may mount: add the path (or a patt
          "(GLIDING_TOOLS__TOOLCHAIN__ALLOW); docs/tools.md, 'The toolchain'")
 
 
-def _task_paths(task: Task, allow: Sequence[str], home: Path | None, data_dir: Path,
-                workspace: Path) -> tuple[Path | None, tuple[Path, ...]]:
-    """The task's venv and mounts, real paths, once this host admits them."""
+def _real_pattern(pattern: str) -> str:
+    """An allow entry with its literal leading components resolved (symlinks followed), as
+    the real paths it is matched against are."""
+    parts = Path(os.path.normpath(os.path.expanduser(pattern))).parts
+    glob = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")),
+                len(parts))
+    if not parts or glob == 0:
+        return pattern
+    return str(Path(_real(Path(*parts[:glob])), *parts[glob:]))
+
+
+def _task_paths(task: Task, allow: Sequence[str], refuse: functools.partial[str | None]
+                ) -> tuple[Path | None, tuple[Path, ...]]:
+    """The task's venv and mounts, real paths, once this host admits them: the real path
+    (symlinks followed) must match an allow entry (its own symlinks followed too)."""
+    patterns = [_real_pattern(p) for p in allow]
+
     def admit(key: str, given: Path) -> Path:
+        if not given.is_absolute() or ".." in given.parts:
+            raise TaskFileError(f"{task.source}: {key}: {given} is not an absolute path "
+                                "without '..'")
         real = _real(given)
-        if not (allowed(given, allow) or allowed(real, allow)):
+        if not allowed(real, patterns):
             held = f"it allows only {', '.join(allow)}" if allow else "it allows none"
-            raise TaskFileError(f"{task.source}: {key}: {given} is not allowed on this host "
+            shown = given if real == given else f"{given} (that is {real})"
+            raise TaskFileError(f"{task.source}: {key}: {shown} is not allowed on this host "
                                 f"(tools.toolchain.allow: {held})", hint=_HINT)
         if not real.exists():
             raise TaskFileError(f"{task.source}: {key}: {given} does not exist on this host")
-        why = mount_refusal(real, home=home, data_dir=data_dir, workspace=workspace)
+        is_venv = (real / "pyvenv.cfg").is_file()
+        why = refuse(real, venvs=(real,) if is_venv else ())
         if why is not None:
             raise TaskFileError(f"{task.source}: {key}: {given} is {real}, which is never "
                                 f"mounted: {why}")
@@ -482,27 +655,149 @@ def _interpreter_of(script: Path, search: Sequence[Path]) -> Path | None:
 
 
 def _pythons(search: Sequence[Path], venv: Path | None, refuse: functools.partial[str | None],
-             home: Path | None) -> tuple[Python, ...]:
+             home: Path | None, writable: Sequence[Path]) -> tuple[Python, ...]:
     """Ask each interpreter the commands in ``COMMANDS`` run on (the first of each name in
-    ``search``) and the venv's; one in a place never mounted is not run."""
+    ``search``) and the venv's; one in a place never mounted is not run, nor one a sandboxed
+    command could have written (``writable``): of a venv there only its base is asked."""
     found: list[Path] = [venv / "bin" / "python"] if venv is not None else []
     for name in COMMANDS:
         command = _find(name, search)
         if command is None:
             continue
-        found.append(command if name.startswith("python") else
-                     _interpreter_of(command, search) or command)
+        if name.startswith("python"):
+            found.append(command)
+        elif _untrusted(command, writable) is None:  # a script's #! names its interpreter
+            found.append(_interpreter_of(command, search) or command)
+        elif _venv_of(command) is not None:  # pip or pytest of a venv the job could write
+            found.append(command.parent / "python")
     pythons: dict[Path, Python] = {}  # by the command as found: a venv's python links to its base
     for command in found:
-        real = _real(command)
-        if command in pythons or not real.is_file() or "python" not in real.name:
+        if command in pythons:
             continue
-        if refuse(_real(command.parent)) is not None or refuse(real.parent) is not None:
-            continue  # plan refuses its directory; it is not run on the host either
-        probed = _probe(str(command), str(real), real.stat().st_mtime_ns, str(home or ""))
+        why = _untrusted(command, writable)
+        probed = (_asked(command, refuse, home) if why is None
+                  else _through_base(command, refuse, home, writable))
+        if why is not None:
+            log.info("sandbox.toolchain.not_run", command=str(command), why=why,
+                     base=None if probed is None else str(probed.base_prefix))
         if probed is not None:
             pythons[command] = probed
     return tuple(pythons.values())
+
+
+def _venv_of(command: Path) -> Path | None:
+    """The venv ``command`` (``<venv>/bin/<name>``, as found, links not followed) is in."""
+    venv = Path(os.path.normpath(command.parent.parent))
+    return venv if (venv / "pyvenv.cfg").is_file() else None
+
+
+def _venv_config(venv: Path) -> dict[str, list[str]]:
+    """``pyvenv.cfg``'s ``key = value`` lines, read as text (nothing of the venv runs): every
+    value of each key, in order (Python reads the first ``home``; all are checked)."""
+    text = _read_small(venv / "pyvenv.cfg", 1 << 20) or ""
+    config: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            config.setdefault(key.strip().lower(), []).append(value.strip())
+    return config
+
+
+def _untrusted(command: Path, writable: Sequence[Path]) -> str | None:
+    """Why ``command`` must not run on the host: it, its real path, or the ``home`` of a
+    ``pyvenv.cfg`` it reads (next to it, or one directory up) lies where a sandboxed command
+    can write. None: it may be asked."""
+    real = _real(command)
+    seen: list[tuple[str, Path]] = [("it", command), ("its real path", real),
+                                    ("its directory", _real(command.parent))]
+    for folder in dict.fromkeys((command.parent, command.parent.parent, real.parent,
+                                 real.parent.parent)):
+        if (folder / "pyvenv.cfg").is_file():
+            seen.append(("its pyvenv.cfg", _real(folder / "pyvenv.cfg")))
+            for base in _venv_config(folder).get("home", []):
+                if not os.path.isabs(base):  # relative to whatever cwd reads it: refused
+                    return f"the home of its pyvenv.cfg, {base!r}, is not an absolute path"
+                seen.append(("the home of its pyvenv.cfg", _real(base)))
+    for what, path in seen:
+        for root in writable:
+            if _inside(path, root):
+                return f"{what}, {path}, lies in {root}, which sandboxed commands write"
+    return None
+
+
+def _through_base(command: Path, refuse: functools.partial[str | None], home: Path | None,
+                  writable: Sequence[Path]) -> Python | None:
+    """``command`` of a venv a sandboxed command could write, known without running it: its
+    ``pyvenv.cfg`` read as text, the base interpreter its ``home`` names asked where that
+    lies outside what commands write; the venv itself is in the workspace already."""
+    venv = _venv_of(command)
+    if venv is None:
+        return None
+    config = _venv_config(venv)
+    base_bin = next(iter(config.get("home", [])), None)
+    if not base_bin or not os.path.isabs(base_bin):
+        return None
+    version = next(iter(config.get("version", config.get("version_info", []))), "")
+    major_minor = ".".join(version.split(".")[:2])
+    names = [f"python{major_minor}"] if major_minor else []
+    base = _find_first([*names, "python3", "python"], Path(base_bin))
+    if base is None or _untrusted(base, writable) is not None:
+        return None
+    probed = _asked(base, refuse, home)
+    if probed is None:
+        return None
+    return Python(command, _real(venv), probed.base_prefix, probed.version,
+                  probed.exec_prefix if probed.exec_prefix != probed.base_prefix else None,
+                  probed.user_lib, probed.user_base)
+
+
+def _find_first(names: Sequence[str], folder: Path) -> Path | None:
+    for name in names:
+        if (found := _find(name, [folder])) is not None:
+            return found
+    return None
+
+
+def _asked(command: Path, refuse: functools.partial[str | None],
+           home: Path | None) -> Python | None:
+    """``command``'s probe, where its directory may be mounted and what it says is
+    plausible; a venv's prefix is its directory, whatever it says."""
+    real = _real(command)
+    if not real.is_file() or "python" not in real.name:
+        return None
+    if refuse(_real(command.parent)) is not None or refuse(real.parent) is not None:
+        return None  # plan refuses its directory; it is not run on the host either
+    probed = _probe(str(command), str(real), real.stat().st_mtime_ns, str(home or ""))
+    if probed is None:
+        return None
+    venv = _venv_of(command)
+    if venv is not None:
+        probed = Python(command, _real(venv), probed.base_prefix, probed.version,
+                        probed.exec_prefix, probed.user_lib, probed.user_base)
+    return _plausible(probed, real)
+
+
+def _plausible(python: Python, real: Path) -> Python | None:
+    """``python`` as its probe reported it, where every prefix is an installation's (it holds
+    ``lib/pythonX.Y``, or the interpreter is in its ``bin``) and the user site is
+    ``<user base>/lib/pythonX.Y``; None (and a warning) where a prefix is not."""
+    if not re.fullmatch(r"\d+\.\d+", python.version):
+        return None
+    for prefix in python.prefixes:
+        if not (real.parent == prefix / "bin"
+                or (prefix / "lib" / f"python{python.version}").is_dir()):
+            log.warning("sandbox.toolchain.implausible_prefix", command=str(python.command),
+                        prefix=str(prefix))
+            return None
+    if python.user_lib is not None and (
+            python.user_base is None
+            or python.user_lib != python.user_base / "lib" / f"python{python.version}"):
+        return Python(python.command, python.prefix, python.base_prefix, python.version,
+                      python.exec_prefix)
+    if python.user_lib is None or python.user_base is None:
+        return python
+    return Python(python.command, python.prefix, python.base_prefix, python.version,
+                  python.exec_prefix, _real(python.user_lib), _real(python.user_base))
 
 
 _PROBE = ("import json, site, sys; print(json.dumps([sys.prefix, sys.base_prefix if "
@@ -514,11 +809,12 @@ _PROBE = ("import json, site, sys; print(json.dumps([sys.prefix, sys.base_prefix
 @functools.lru_cache(maxsize=64)
 def _probe(command: str, real: str, mtime_ns: int, home: str) -> Python | None:
     """``command``'s prefixes, version and user site; asked once per binary and version of it.
-    ``-E -s`` and cwd ``/``: no PYTHON* variable, user site or workspace module takes part."""
+    ``-I -S``, cwd ``/`` and a minimal environment: no PYTHON* variable, user site, ``.pth``
+    file or module of the cwd takes part (the caller runs nothing a sandboxed command wrote)."""
     env = {"PATH": DEFAULT_PATH, "HOME": home or "/nonexistent", "LANG": "C.UTF-8"}
     try:
-        done = subprocess.run(  # noqa: S603 - an interpreter the caller's PATH names
-            [command, "-E", "-s", "-c", _PROBE], capture_output=True, timeout=PROBE_TIMEOUT_S,
+        done = subprocess.run(  # noqa: S603 - an interpreter no sandboxed command could write
+            [command, "-I", "-S", "-c", _PROBE], capture_output=True, timeout=PROBE_TIMEOUT_S,
             cwd="/", env=env, check=False, stdin=subprocess.DEVNULL)
         values = json.loads(done.stdout.decode("utf-8", errors="replace"))
         prefix, base, exec_prefix, version, user_base, user_site = (str(v) for v in values)
@@ -526,10 +822,10 @@ def _probe(command: str, real: str, mtime_ns: int, home: str) -> Python | None:
         log.warning("sandbox.toolchain.probe_failed", command=command, error=str(exc))
         return None
     lib = Path(user_site).parent
-    has_lib = lib.is_dir()
+    has_lib = lib.is_absolute() and lib.is_dir()
     return Python(Path(command), _real(prefix), _real(base), version,
                   None if exec_prefix == prefix else _real(exec_prefix),
-                  _real(lib) if has_lib else None, _real(user_base) if has_lib else None)
+                  lib if has_lib else None, Path(user_base) if has_lib else None)
 
 
 def _python_line(path: Sequence[Path], pythons: Sequence[Python]) -> str | None:

@@ -3,7 +3,10 @@ of a job finds (read back from the job's archive); the default is the control.""
 
 from __future__ import annotations
 
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from gliding.config.settings import Settings
 from gliding.errors import TaskFileError
 from gliding.testing import call
+from gliding.tools.sandbox import bwrap_problem
 from tests.settings_effects.effects_support import (
     run_one_tool,
     run_scripted,
@@ -76,3 +80,33 @@ def test_toolchain_allow_admits_a_tasks_mounts(tmp: Path, value: str | None) -> 
     else:
         job = run_scripted(task, settings_from(tmp, env), script)
         assert job.results()[0] == "exit code 0\na note from the host"
+
+
+@pytest.mark.skipif(bwrap_problem() is not None, reason="bubblewrap cannot run here")
+def test_a_workspace_venv_a_past_job_planted_a_pth_in_never_runs_on_the_host(
+        tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toolchain is resolved on the host when a job starts: a venv inside the workspace
+    (activated by the caller) is read as text, never run there; its base, outside, is what is
+    asked and mounted, and the job's commands still run python from the venv."""
+    venv = tmp / "workspace/.venv"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   capture_output=True, timeout=120)
+    monkeypatch.setenv("PATH", f"{venv}/bin:/usr/bin:/bin")
+    monkeypatch.setenv("VIRTUAL_ENV", str(venv))
+    marker = tmp / "ran-on-the-host"
+    lib = f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
+    plant = (f"echo \"import os; open('{marker}', 'a').write('pth ran')\" > .venv/{lib}/zz.pth"
+             f" && rm .venv/bin/python3 && printf '#!/bin/sh\\necho ran >> {marker}\\n' "
+             "> .venv/bin/python3 && chmod +x .venv/bin/python3 && echo planted")
+    task = write_task(tmp, "goal: Run python\npipeline: [DA]\n")
+    first = run_scripted(task, settings_from(tmp), {
+        "DA": [call("bash", command=plant), call("finish", summary="planted")]})
+    assert first.results()[0] == "exit code 0\nplanted"
+
+    second = run_scripted(task, settings_from(tmp), {
+        "DA": [call("bash", command="python -c 'import sys; print(sys.prefix)' 2>/dev/null"),
+               call("finish", summary="ran")]})
+
+    assert not marker.exists()  # neither at the job's start on the host nor in the sandbox
+    assert second.results()[0] == f"exit code 0\n{os.path.realpath(venv)}"

@@ -11,6 +11,8 @@ through its shims, while the home's other files, the data directory and the netw
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import socket
 import stat
@@ -23,21 +25,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gliding.config.settings import ToolchainSettings, ToolSettings
-from gliding.config.task import Task, load_task_text
-from gliding.errors import TaskFileError
+from gliding.config.task import Task, load_task_text, task_from_record, task_record
+from gliding.errors import TaskFileError, ToolError
 from gliding.tools.sandbox import Sandbox, bwrap_problem
 from gliding.tools.shell import CommandResult, run_command
 from gliding.tools.toolchain import (
+    IN_HOME,
     SECRETS_IN_HOME,
     SYSTEM_DIRS,
     Python,
     Request,
     Toolchain,
     allowed,
+    homes_of,
     mount_refusal,
     plan,
     pyenv_names,
     resolve_toolchain,
+    toolchain_shape,
 )
 
 PROBLEM = bwrap_problem()
@@ -86,9 +91,39 @@ def _why(path: str) -> str | None:
     ("/home/u/.local/bin", None),
     ("/home/u/.local/lib/python3.11", None),
     ("/home/u/.local/share/uv/python/cpython-3.12", None),
-    ("/home/u/.cache/pypoetry/virtualenvs/app-x", None),
-    ("/home/u/miniconda3", None),
+    ("/home/u/.cache/pypoetry/virtualenvs/app-x", "inside the home directory ~"),  # no venv
+    ("/home/u/miniconda3", "inside the home directory ~"),  # .condarc, pkgs, other envs
+    ("/home/u/miniconda3/pkgs", "inside the home directory ~"),
+    ("/home/u/miniconda3/envs/app", None),
+    ("/home/u/miniconda3/bin", None),
+    ("/home/u/.conda/envs/app/lib", None),
     ("/opt/conda", None),
+    # F4: below a home only toolchain shapes; any other home is guarded as the user's is
+    ("/home/u/.pyenv", "inside the home directory ~"),
+    ("/home/u/.pyenv/plugins", "inside the home directory ~"),
+    ("/home/u/.bashrc", "inside the home directory ~"),
+    ("/home/u/.profile", "inside the home directory ~"),
+    ("/home/u/.env", "inside the home directory ~"),
+    ("/home/u/.huggingface", "inside the home directory ~"),
+    ("/home/u/.kaggle", "inside the home directory ~"),
+    ("/home/u/.s3cfg", "inside the home directory ~"),
+    ("/home/u/.claude", "inside the home directory ~"),
+    ("/home/u/.local/share/other", "inside the home directory ~"),
+    ("/home/u/.local/lib/node_modules", "inside the home directory ~"),
+    ("/home/u/Documents", "inside the home directory ~"),
+    ("/home/u/src/app", "inside the home directory ~"),
+    ("/home/bob", "the home directory /home/bob"),
+    ("/home/bob/.bashrc", "inside the home directory /home/bob"),
+    ("/home/bob/.pyenv", "inside the home directory /home/bob"),
+    ("/home/bob/.pyenv/versions/3.12.1", None),
+    ("/root", "shared by everyone"),
+    ("/root/.boto", "inside the home directory /root"),
+    ("/root/.pyenv/versions/3.11.7/bin", None),
+    ("/Users/ann/Library", "inside the home directory /Users/ann"),
+    ("/var/mail/u", "inside /var/mail"),
+    ("/var/spool/cron", "inside /var/spool"),
+    ("/var/backups", "inside /var/backups"),
+    ("/var/cache/apt", "inside /var/cache"),
     ("relative/bin", "not an absolute path"),
 ])
 def test_what_is_never_mounted(path: str, reason: str | None) -> None:
@@ -97,6 +132,38 @@ def test_what_is_never_mounted(path: str, reason: str | None) -> None:
         assert why is None
     else:
         assert why is not None and reason in why
+
+
+def test_below_a_home_a_venv_is_mounted_the_home_never_whatever_it_holds() -> None:
+    venv = Path("/home/u/.cache/pypoetry/virtualenvs/app-x")
+    for path in (venv, venv / "lib/python3.11"):
+        assert mount_refusal(path, home=HOME, data_dir=DATA, workspace=WS, venvs=(venv,)) is None
+    # a pyvenv.cfg in the home itself (or above it) admits nothing
+    assert mount_refusal(HOME, home=HOME, data_dir=None, workspace=None,
+                         venvs=(HOME,)) == "the home directory"
+    assert "inside the home directory" in (mount_refusal(
+        HOME / "Documents", home=HOME, data_dir=None, workspace=None, venvs=(HOME,)) or "")
+
+
+def test_every_home_of_the_host_is_guarded_and_a_directory_holding_one_refused() -> None:
+    carol = Path("/srv/users/carol")
+    why = functools.partial(mount_refusal, home=HOME, data_dir=None, workspace=None,
+                            homes=(carol, Path("/bin"), Path("/nonexistent")))
+    assert why(carol / "notes") == f"inside the home directory {carol}, of which are mounted " \
+        + IN_HOME
+    assert why(Path("/srv/users")) == f"holds the home directory {carol}"
+    assert why(carol / ".pyenv/versions/3.12.1") is None
+    assert why(Path("/bin")) is None and why(Path("/usr/sbin")) is None  # system homes: not
+    assert homes_of(Path("/srv/x"), None) == (Path("/root"),)
+
+
+def test_a_conda_base_prefix_mounts_its_bin_lib_and_include_not_its_root() -> None:
+    base = Path("/home/u/miniconda3")
+    py = Python(base / "bin/python", base, base, "3.11")
+    decided = plan(Request(path=(base / "bin",), home=HOME, data_dir=DATA, workspace=WS,
+                           pythons=(py,)))
+    assert decided.mounts == (base / "bin", base / "include", base / "lib")
+    assert decided.refused == ()
 
 
 def test_a_mount_holding_the_workspace_is_refused_one_inside_it_is_not_needed() -> None:
@@ -115,7 +182,7 @@ def test_plan_keeps_the_path_order_puts_the_venv_first_and_mounts_only_what_is_n
         path=(Path("/home/u/.local/bin"), Path("/home/u/.config/x/bin"), Path("/usr/bin"),
               Path("/home/u/.pyenv/versions/3.11.7/bin"), Path("/home/u"), Path("/usr/bin")),
         home=HOME, data_dir=DATA, workspace=WS, venv=Path("/home/u/app/.venv"), pythons=(py,),
-        mounts=(Path("/srv/data"), Path("/home/u/.ssh"))))
+        mounts=(Path("/srv/data"), Path("/home/u/.ssh")), venvs=(Path("/home/u/app/.venv"),)))
 
     assert decided.path == (Path("/home/u/app/.venv/bin"), Path("/home/u/.local/bin"),
                             Path("/usr/bin"), Path("/home/u/.pyenv/versions/3.11.7/bin"))
@@ -160,6 +227,8 @@ def test_no_plan_ever_mounts_a_secret_the_home_or_the_data_directory(
             secret = home / name
             assert not (mount.is_relative_to(secret) or secret.is_relative_to(mount)), mount
         assert not {".ssh", ".aws", ".config", ".gliding"} & set(mount.parts)
+        for h in homes_of(mount, home):  # below a home, only a toolchain's shape
+            assert not mount.is_relative_to(h) or toolchain_shape(mount, h), mount
     shown = set(decided.mounts)
     for entry in decided.path:  # every PATH entry is there: mounted, or the system's
         assert any(entry.is_relative_to(m) for m in shown) or entry.is_relative_to(WS) \
@@ -173,6 +242,17 @@ def test_no_plan_ever_mounts_a_secret_the_home_or_the_data_directory(
     ("/srv/other", ["/srv/venvs/*", "/opt/x"], False),
     ("/srv/a/.venv", ["/srv/*/.venv"], True),
     ("/srv/a", [], False),
+    # F2: a pattern component stands for exactly one component; '..' is never admitted
+    ("/srv/a/b/.venv", ["/srv/*/.venv"], False),
+    ("/srv/a/.venv/lib", ["/srv/*/.venv"], True),
+    ("/srv/venvs/../../home/u/.ssh", ["/srv/venvs"], False),
+    ("/srv/venvs/../../home/u/.ssh", ["/srv/venvs/*"], False),
+    ("/srv/venvs/..", ["/srv/venvs/*"], False),
+    ("/home/u/.ssh", ["/srv/venvs/*"], False),
+    ("/home/u/.ssh", ["/*"], True),  # matched, then refused by mount_refusal
+    ("/srv/x", ["/"], False),  # the root admits nothing
+    ("/srv/x", ["/srv/.."], False),
+    ("relative/x", ["relative"], False),
 ])
 def test_allow_patterns(path: str, patterns: list[str], expected: bool) -> None:
     assert allowed(Path(path), patterns) is expected
@@ -333,6 +413,143 @@ def test_a_task_mount_is_refused_unless_allowed_and_never_a_secret(
     with pytest.raises(TaskFileError, match="not a virtual environment"):
         _resolve(tmp_path, fake_home, ["/usr/bin"], settings=allowing,
                  task=_task(tmp_path, f"venv: {data}\n"))
+
+
+def test_a_task_record_with_dot_dot_or_a_relative_path_is_refused(tmp_path: Path) -> None:
+    """F2: a broker's or worker's record is not normalized by a task file's loader."""
+    record = task_record(_task(tmp_path))
+    for key, value in (("mounts", ["/srv/allowed/../../home/u/Documents"]),
+                       ("mounts", ["relative/dir"]), ("venv", "/srv/venvs/../../home/u")):
+        with pytest.raises(TaskFileError, match="not an absolute path without '..'"):
+            task_from_record({**record, key: value})
+    task = task_from_record({**record, "mounts": ["/srv//allowed/./x/"]})
+    assert task.mounts == (Path("/srv/allowed/x"),)
+
+
+def test_a_task_path_is_allowed_by_its_real_path_only(tmp_path: Path) -> None:
+    """F3: a symlink below an allowed directory does not carry its target in; an allow entry
+    that is a symlink admits what it leads to."""
+    outside = tmp_path / "outside/notes"
+    outside.mkdir(parents=True)
+    allowed_dir = tmp_path / "allowed"
+    (allowed_dir / "real").mkdir(parents=True)
+    (allowed_dir / "link").symlink_to(outside)
+    allowing = ToolSettings(toolchain=ToolchainSettings(allow=(f"{allowed_dir}/*",)))
+    with pytest.raises(TaskFileError, match=r"\(that is .*outside/notes\) is not allowed"):
+        _resolve(tmp_path, tmp_path / "nohome", ["/usr/bin"], settings=allowing,
+                 task=_task(tmp_path, f"mounts: [{allowed_dir}/link]\n"))
+    (tmp_path / "alias").symlink_to(allowed_dir)
+    via_alias = ToolSettings(toolchain=ToolchainSettings(allow=(f"{tmp_path}/alias/*",)))
+    chain = _resolve(tmp_path, tmp_path / "nohome", ["/usr/bin"], settings=via_alias,
+                     task=_task(tmp_path, f"mounts: [{allowed_dir}/real]\n"))
+    assert allowed_dir / "real" in chain.mounts
+
+
+def test_a_task_mount_under_a_home_is_refused_unless_a_toolchain(
+        tmp_path: Path, fake_home: Path) -> None:
+    """F4: allowing the home admits only its toolchain directories."""
+    (fake_home / "Documents").mkdir()
+    (fake_home / ".bashrc").write_text("export TOKEN=x\n")
+    allowing = ToolSettings(toolchain=ToolchainSettings(allow=(str(fake_home),)))
+    for name in ("Documents", ".bashrc", ".pyenv"):
+        with pytest.raises(TaskFileError, match="never mounted: inside the home directory ~"):
+            _resolve(tmp_path, fake_home, ["/usr/bin"], settings=allowing,
+                     task=_task(tmp_path, f"mounts: [{fake_home / name}]\n"))
+    venv = _venv(fake_home / "src/app/.venv")
+    chain = _resolve(tmp_path, fake_home, ["/usr/bin"], settings=allowing,
+                     task=_task(tmp_path, f"venv: {venv}\n"))
+    assert venv in chain.mounts and chain.venv == venv
+
+
+def _marker_python(where: Path, marker: Path, prints: str) -> Path:
+    """A ``python`` that records that it ran, and prints ``prints`` as its probe's answer."""
+    where.mkdir(parents=True, exist_ok=True)
+    script = where / "python"
+    script.write_text(f"#!/bin/sh\necho ran >> {marker}\necho '{prints}'\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_nothing_in_the_workspace_is_run_on_the_host_only_a_venvs_base_outside(
+        tmp_path: Path) -> None:
+    """F1: a workspace venv (a past job's commands could write it) is read as text; only the
+    base its pyvenv.cfg names is asked, where that lies outside the workspace."""
+    ws = tmp_path / "ws"
+    marker = tmp_path / "ran-on-host"
+    venv = ws / ".venv"
+    (venv / "lib/python3.11/site-packages").mkdir(parents=True)
+    (venv / "lib/python3.11/site-packages/zz.pth").write_text(
+        f"import os; open('{marker}', 'a').write('pth')\n")
+    (venv / "bin").mkdir()
+    (venv / "bin/python").symlink_to(os.path.realpath(sys.executable))
+    _marker_python(ws / "bin", marker, "[]")
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}"
+    (venv / "pyvenv.cfg").write_text(f"home = {BASE}/bin\nversion = {version}\n")
+    task = _task(tmp_path)
+
+    for environ in ({"VIRTUAL_ENV": str(venv)}, {}):  # activated, or only on PATH (auto off)
+        for conf in (ToolSettings(), ToolSettings(toolchain=ToolchainSettings(auto=False))):
+            chain = _resolve(tmp_path, tmp_path / "nohome",
+                             [venv / "bin", ws / "bin", "/usr/bin"], task=task, settings=conf,
+                             **environ)
+            assert not marker.exists()
+            if not BASE.is_relative_to("/usr"):
+                assert BASE in chain.mounts, chain
+            assert f"at {BASE}" in (chain.python or ""), chain
+
+    # a pyvenv.cfg whose home is in the workspace (a fake stdlib there): nothing is asked
+    (ws / "fake/bin").mkdir(parents=True)
+    (ws / "fake/bin/python3").symlink_to(os.path.realpath(sys.executable))
+    (venv / "pyvenv.cfg").write_text(f"home = {ws}/fake/bin\nversion = {version}\n")
+    chain = _resolve(tmp_path, tmp_path / "nohome", [venv / "bin", "/usr/bin"], task=task,
+                     VIRTUAL_ENV=str(venv))
+    assert not marker.exists() and chain.mounts == ()
+    # nor a venv outside the workspace whose pyvenv.cfg points into it
+    outside = tmp_path / "outside-venv"
+    (outside / "bin").mkdir(parents=True)
+    (outside / "bin/python").symlink_to(os.path.realpath(sys.executable))
+    (outside / "pyvenv.cfg").write_text(f"home = {ws}/fake/bin\n")
+    _resolve(tmp_path, tmp_path / "nohome", [outside / "bin", "/usr/bin"], task=task)
+    assert not marker.exists()
+    # nor one whose pyvenv.cfg has a relative home (read against whichever cwd)
+    relative = tmp_path / "relative-venv"
+    _marker_python(relative / "bin", marker, "[]")
+    (relative / "pyvenv.cfg").write_text("home = ws/fake/bin\n")
+    _resolve(tmp_path, tmp_path / "nohome", [relative / "bin", "/usr/bin"], task=task)
+    assert not marker.exists()
+
+
+def test_a_probe_that_names_a_prefix_without_an_installation_is_not_believed(
+        tmp_path: Path, fake_home: Path) -> None:
+    """F5: an interpreter that answers ``prefix: ~/.pyenv`` (or the home) mounts nothing."""
+    marker = tmp_path / "asked"
+    for claimed in (fake_home / ".pyenv", fake_home):
+        bin_dir = tmp_path / f"tools-{claimed.name}/bin"
+        _marker_python(bin_dir, marker, json.dumps(
+            [str(claimed)] * 3 + ["3.11", str(fake_home), str(fake_home / ".ssh/x")]))
+        chain = _resolve(tmp_path, fake_home, [bin_dir, "/usr/bin"])
+        assert marker.exists()  # outside the workspace: the host's own, asked
+        marker.unlink()
+        assert all(not m.is_relative_to(fake_home) for m in chain.mounts), chain.mounts
+        assert chain.python == f"python at {bin_dir / 'python'}"
+
+
+def test_a_mount_swapped_for_a_symlink_after_the_check_stops_the_command(
+        tmp_path: Path, fake_home: Path) -> None:
+    """F6: bubblewrap follows symlinks when it mounts; the sandbox checks again first."""
+    shared = tmp_path / "allowed/shared"
+    shared.mkdir(parents=True)
+    allowing = ToolSettings(toolchain=ToolchainSettings(allow=(f"{tmp_path}/allowed/*",)))
+    chain = _resolve(tmp_path, fake_home, ["/usr/bin"], settings=allowing,
+                     task=_task(tmp_path, f"mounts: [{shared}]\n"))
+    box = Sandbox.of(allowing, toolchain=chain)
+    assert shared in chain.mounts and box.argv("true", tmp_path / "ws")
+    shared.rmdir()
+    shared.symlink_to(fake_home)
+    with pytest.raises(ToolError, match=f"toolchain path {shared} changed"):
+        box.argv("cat .ssh/id_rsa", tmp_path / "ws")
+    shared.unlink()  # gone: --ro-bind-try leaves it out
+    assert box.argv("true", tmp_path / "ws")
 
 
 # --- with real bubblewrap ------------------------------------------------------------------

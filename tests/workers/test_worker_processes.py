@@ -109,10 +109,12 @@ def test_a_worker_killed_mid_assignment_is_replaced(tmp_path: Path,
             assert job.poll() is None, job.communicate()
             assert time.monotonic() < deadline, first_log.read_text()
             time.sleep(0.02)
-        second, second_log = start_worker(tmp_path, env, "w2")
-        done_before = archived_results(tmp_path) - 1  # bash steps archived before the kill
+        # killed at once, mid-assignment: a second worker started first could take seconds
+        # to come up on a loaded machine, while the first finished its assignment meanwhile
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
+        done_before = archived_results(tmp_path) - 1  # bash steps archived before the kill
+        second, second_log = start_worker(tmp_path, env, "w2")
         out, err = job.communicate(timeout=150)
     finally:
         stop(first)
