@@ -253,8 +253,11 @@ class Service:
             out["error"] = str(run.failure)  # its status says whether it may be resumed
         if run is not None and run.report is not None:
             out["report"] = run.report
-        out["running"] = out["status"] in ("running", "starting")
-        out["finished"] = out["status"] in FINISHED
+        # a job this server runs has recorded its outcome a moment before its report exists:
+        # it is finished once the report is (or the run failed), not before
+        finishing = run is not None and not run.done.is_set()
+        out["running"] = out["status"] in ("running", "starting") or finishing
+        out["finished"] = out["status"] in FINISHED and not finishing
         return out
 
     async def jobs(self, limit: int) -> dict[str, Any]:
