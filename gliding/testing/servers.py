@@ -35,6 +35,16 @@ def post(url: str, body: str, content_type: str, timeout_s: float = 2.0) -> byte
         return bytes(response.read())
 
 
+def stop_process(process: subprocess.Popen[bytes], wait_s: float = 10.0) -> None:
+    """SIGTERM ``process``, then SIGKILL when it has not exited after ``wait_s``."""
+    process.terminate()
+    try:
+        process.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @contextmanager
 def oxigraph_serve(location: Path, *, log: Path | None = None) -> Iterator[str]:
     """``oxigraph serve`` on a free loopback port; yields ``http://127.0.0.1:<port>``.
@@ -65,12 +75,7 @@ def oxigraph_serve(location: Path, *, log: Path | None = None) -> Iterator[str]:
                 time.sleep(0.05)
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         if log is not None and not isinstance(sink, int):
             sink.close()
 
@@ -121,12 +126,7 @@ class Mosquitto:
         process, self._process = self._process, None
         if process is None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, wait_s=5)
 
 
 @contextmanager

@@ -21,6 +21,7 @@ from gliding.core.messages import Completion, Message
 from gliding.daemon.compose import build_llm
 from gliding.llm.local import packaged_model_path
 from gliding.llm.port import LLMRequest
+from gliding.testing.servers import stop_process
 from tests.settings_effects.effects_support import settings_from
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -57,12 +58,7 @@ def llama_server(tmp_path: Path) -> Iterator[str]:
             time.sleep(0.2)
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process)
         log.close()
 
 
