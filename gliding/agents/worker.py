@@ -34,7 +34,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 import structlog
@@ -259,10 +259,12 @@ class AgentWorker:
                                    JobEvent(job=self.kit.job, event=event, data=data))
 
 
-def failed_answer(a: Assignment, error: str) -> AnswerMsg:
-    """The answer of a role whose session crashed: status failed, the error, nothing done."""
+def failed_answer(a: Assignment, error: str, *,
+                  status: Literal["failed", "unavailable"] = "failed") -> AnswerMsg:
+    """The answer of a role whose session crashed: status failed, the error, nothing done
+    (``unavailable``: no model answered, and the job stops interrupted, resumable)."""
     common: dict[str, Any] = {"job": a.job, "role": a.role, "cycle": a.cycle,
-                              "attempt": a.attempt, "status": "failed", "error": error,
+                              "attempt": a.attempt, "status": status, "error": error,
                               "step": a.step}
     if a.role == "PA":
         return PlanMsg(**common, steps=[])

@@ -51,7 +51,9 @@ from pydantic import (
 from gliding.core.plan import STEP_ID, normalize_steps
 from gliding.errors import BusError
 
-AgentStatus = Literal["finished", "turn_cap", "budget", "failed"]
+AgentStatus = Literal["finished", "turn_cap", "budget", "failed", "unavailable"]
+# "unavailable": no model answered (ProviderUnavailable on a worker): the job stops
+# interrupted, resumable, and the assignment is asked again on resume
 
 
 class _Message(BaseModel):

@@ -248,10 +248,10 @@ def stop_error(exc: BaseException, job: str | None = None) -> GlidingError | Non
     translated into a ``GlidingError`` whose message is one line. None: only cancellation,
     ``KeyboardInterrupt`` or ``SystemExit`` is in there, which must go on as it is.
     """
-    leaves = _leaves(exc)
-    if any(isinstance(e, KeyboardInterrupt | SystemExit) for e in leaves):
+    found = leaves(exc)
+    if any(isinstance(e, KeyboardInterrupt | SystemExit) for e in found):
         return None
-    errors = [e for e in leaves if isinstance(e, Exception)
+    errors = [e for e in found if isinstance(e, Exception)
               and not isinstance(e, _cancelled())]
     if not errors:
         return None
@@ -279,10 +279,10 @@ def stop_error(exc: BaseException, job: str | None = None) -> GlidingError | Non
                         hint="this is a bug in Gliding; log_level debug shows the traceback")
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
+def leaves(exc: BaseException) -> list[BaseException]:
     """The exceptions in ``exc``, groups flattened, in their order."""
     if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
     return [exc]
 
 
@@ -299,7 +299,7 @@ def _earlier_causes(exc: BaseException) -> list[Exception]:
         if current is None or id(current) in seen:
             break
         seen.add(id(current))
-        for leaf in _leaves(current):
+        for leaf in leaves(current):
             if (isinstance(leaf, GlidingError) and not isinstance(leaf, BusError)) or (
                     isinstance(leaf, OSError) and leaf.errno in _STORAGE_ERRNOS):
                 out.append(leaf)

@@ -49,8 +49,9 @@ from gliding.config.task import task_from_record
 from gliding.core.clock import SystemClock
 from gliding.daemon import compose
 from gliding.daemon.board import worker_views
+from gliding.daemon.jobs import leaves
 from gliding.daemon.runtime import Runtime, open_bus
-from gliding.errors import BusError, GlidingError, UsageError
+from gliding.errors import BusError, GlidingError, ProviderUnavailable, UsageError
 from gliding.llm.port import LLM
 from gliding.memory.archive import Archive, archive_path
 from gliding.memory.archive_port import ArchivePort, LocalArchive
@@ -172,9 +173,7 @@ class WorkerService:
                 try:
                     answer = await self._run(item)
                 except Exception as exc:  # a worker bug or a store it cannot reach: it fails
-                    log.error("worker.assignment.crashed", worker=self.name, key=item.key,
-                              error=f"{type(exc).__name__}: {exc}")
-                    answer = failed_answer(item.assignment, f"{type(exc).__name__}: {exc}")
+                    answer = self._failed(item, exc)
             if scope.cancelled_caught or answer is None:
                 return  # revoked: the work went to another worker, or the job ended
             topic = topics.result(job, item.assignment.role)
@@ -189,6 +188,18 @@ class WorkerService:
             self._busy -= 1
             self._freed.set()
             self._freed = anyio.Event()
+
+    def _failed(self, item: WorkItem, exc: Exception) -> Any:
+        """The answer for an assignment whose session raised ``exc``: ``unavailable`` when no
+        model answered (the job stops interrupted, resumable), else ``failed``."""
+        unavailable = next((e for e in leaves(exc) if isinstance(e, ProviderUnavailable)), None)
+        if unavailable is not None:
+            log.warning("worker.assignment.unavailable", worker=self.name, key=item.key,
+                        error=unavailable.message)
+            return failed_answer(item.assignment, unavailable.message, status="unavailable")
+        log.error("worker.assignment.crashed", worker=self.name, key=item.key,
+                  error=f"{type(exc).__name__}: {exc}")
+        return failed_answer(item.assignment, f"{type(exc).__name__}: {exc}")
 
     async def _publish(self, topic: str, message: Any) -> bool:
         """Publish; False (logged) when the broker stays unreachable: a worker outlives a

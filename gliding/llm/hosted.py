@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from gliding.core.messages import Completion, Message, ToolCall, Usage
 from gliding.core.prices import Price, call_cost, per_million
 from gliding.errors import LLMError
@@ -48,7 +50,12 @@ def prepare_offline_environment() -> None:
                 os.environ["TIKTOKEN_CACHE_DIR"] = str(tokenizers)
 
 
+_LOADED: list[Any] = []  # litellm, once _litellm has imported and set it up
+
+
 def _litellm() -> Any:
+    if _LOADED:
+        return _LOADED[0]
     prepare_offline_environment()
     try:
         import litellm
@@ -56,6 +63,7 @@ def _litellm() -> Any:
         raise LLMError("litellm is not installed", hint="run scripts/setup.sh") from exc
     litellm.telemetry = False
     litellm.suppress_debug_info = True
+    _LOADED[:] = [litellm]
     return litellm
 
 
@@ -85,7 +93,9 @@ class HostedLLM:
         return self._model
 
     async def complete(self, request: LLMRequest) -> Completion:
-        litellm = _litellm()
+        # the first import takes seconds: off the event loop, whose heartbeats and leases
+        # would lapse meanwhile (a worker's assignment was revoked while litellm loaded)
+        litellm = _LOADED[0] if _LOADED else await anyio.to_thread.run_sync(_litellm)
         kwargs: dict[str, Any] = {
             "model": self._model,
             "messages": with_cache_control([m.to_openai() for m in request.messages],

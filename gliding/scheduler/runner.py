@@ -25,6 +25,7 @@ import structlog
 from gliding.bus import topics
 from gliding.bus.messages import Assignment, BusMessage, CheckReportMsg, JobEvent
 from gliding.bus.port import Bus, Subscription
+from gliding.errors import ProviderUnavailable
 from gliding.scheduler import supervisor
 from gliding.scheduler.supervisor import (
     Command,
@@ -129,6 +130,8 @@ class JobRunner:
             before = state
             state, todo = supervisor.step(state, message)
             self.state = state
+            if todo and isinstance(todo[0], supervisor.Interrupted):
+                raise ProviderUnavailable(todo[0].reason)  # not journaled: resume asks again
             if not (todo and isinstance(todo[0], Ignored)):
                 await self.journal.record(state, f"{message.type}:{getattr(message, 'role', '')}")
             if before.running and any(isinstance(c, Verify | Finished) for c in todo) and (

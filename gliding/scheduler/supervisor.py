@@ -84,6 +84,14 @@ class Ignored(_Value):
     reason: str
 
 
+class Interrupted(_Value):
+    """No model answered the assignment (an agent on a worker said ``unavailable``): the job
+    stops interrupted, its state as it was (resume asks the assignment again)."""
+
+    kind: Literal["interrupted"] = "interrupted"
+    reason: str
+
+
 class Finished(_Value):
     kind: Literal["finished"] = "finished"
     outcome: policy.Outcome
@@ -96,7 +104,7 @@ class TimeUp(_Value):
     reason: str
 
 
-Command = Assignment | Verify | Emit | Ignored | Finished
+Command = Assignment | Verify | Emit | Ignored | Interrupted | Finished
 Input = PlanMsg | ArtifactMsg | CheckReportMsg | DecisionMsg | TimeUp
 
 
@@ -186,6 +194,8 @@ def step(state: SupervisorState, message: Input) -> tuple[SupervisorState, list[
     problem = _mismatch(state, message)
     if problem:
         return state, [Ignored(reason=problem)]
+    if message.status == "unavailable":
+        return state, [Interrupted(reason=message.error or "no model answered")]
     offered = state.waiting.options if state.waiting is not None else []
     was_step = bool(state.running)
     state = _account(state, message)

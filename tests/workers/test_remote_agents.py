@@ -15,11 +15,12 @@ from gliding.bus.messages import JobEvent
 from gliding.config.loader import load_settings
 from gliding.config.settings import Settings
 from gliding.config.task import load_task
-from gliding.daemon.compose import run_job
+from gliding.daemon.compose import resume_job, run_job
 from gliding.daemon.runtime import Runtime, open_bus
 from gliding.daemon.workers import WorkerService
-from gliding.errors import UsageError
+from gliding.errors import ProviderUnavailable, UsageError
 from gliding.memory.archive import Archive
+from gliding.testing.fake_provider import FakeProvider, FaultPlan
 from gliding.testing.servers import Mosquitto, mosquitto
 
 TASK = """\
@@ -118,3 +119,47 @@ def test_workers_without_a_broker_are_refused_before_anything_is_written(
         anyio.run(lambda: run_job(load_task(tmp_path / "task.yaml"), settings,
                                   model=f"scripted:{tmp_path / 'replies.yaml'}"))
     assert not (tmp_path / "data" / "jobs").exists()
+
+
+async def _outage_then_resume(tmp: Path, url: str, provider: FakeProvider
+                              ) -> tuple[ProviderUnavailable, Any, Any]:
+    """A job on one worker whose model stops answering after PA's turn; resumed (same worker)
+    once it answers again."""
+    more = {"llm.api_base": provider.url, "llm.retry.max_attempts": 2,
+            "llm.retry.initial_s": 0.01, "llm.retry.max_s": 0.05}
+    job_settings = settings_for(tmp, url, "data", **more)
+    ws = settings_for(tmp, url, "data", **more)
+    async with anyio.create_task_group() as tg:
+        async def serve(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+            async with Runtime.open(ws) as rt, open_bus(ws) as bus:
+                await WorkerService(ws, bus, rt, remote=False, name="w0").serve(
+                    task_status=task_status)
+
+        await tg.start(serve)
+        with anyio.fail_after(60), pytest.raises(ProviderUnavailable) as stopped:
+            await run_job(load_task(tmp / "task.yaml"), job_settings, model="openai/fake-model")
+        with Archive.open(tmp / "data", stopped.value.job or "", create=False) as archive:
+            status = archive.get_meta("status")
+        provider.faults = None  # the provider is back
+        with anyio.fail_after(60):
+            resumed = await resume_job(stopped.value.job or "", job_settings)
+        tg.cancel_scope.cancel()
+    return stopped.value, status, resumed
+
+
+@pytest.mark.heavy
+def test_a_model_down_on_a_worker_interrupts_the_job_and_resume_finishes_it(
+        tmp_path: Path, broker: Mosquitto, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "task.yaml").write_text(TASK)
+    (tmp_path / "replies.yaml").write_text(REPLIES)
+    for key, value in {"OPENAI_API_KEY": "dummy", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                       "NO_PROXY": "127.0.0.1,localhost", "HTTP_PROXY": "",
+                       "HTTPS_PROXY": ""}.items():
+        monkeypatch.setenv(key, value)
+    with FakeProvider(tmp_path / "replies.yaml",
+                      faults=FaultPlan.down("503", start_after=1)) as fp:
+        stopped, status, resumed = anyio.run(_outage_then_resume, tmp_path, broker.url, fp)
+    assert "no model answered" in stopped.message and stopped.job
+    assert status == "interrupted"  # not "error": resumable
+    assert resumed.report.outcome == "success", resumed.report
+    assert (tmp_path / "ws" / "hello.txt").read_text() == "Hello\n"
