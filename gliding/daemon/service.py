@@ -290,7 +290,7 @@ class JobService:
             k: archived[k] for k in ("turns", "turns_by_role", "last_turn", "tokens",
                                      "resumes")} | {"archive_status": archived["status"]}
         out["archive"] = None if archived is None else archived["archive"]
-        out["events"] = self._logs[job].next_seq - 1 if job in self._logs else None
+        out["events"] = (await self._log_of(job)).next_seq - 1  # a job of an earlier daemon too
         return out
 
     def running_jobs(self) -> list[str]:

@@ -200,7 +200,7 @@ def test_a_stopped_daemon_resumes_its_running_job_at_the_next_start(tmp_path: Pa
 def test_past_events_are_replayed_from_any_point(tmp_path: Path) -> None:
     model = write_replies(tmp_path, "r.yaml", replies())
 
-    async def main() -> None:
+    async def main() -> tuple[str, int]:
         async with serving(tmp_path) as service:
             job = (await service.submit(TASK.format(workspace="ws"), model=model)).job
             live = await events_of(service, job)
@@ -208,8 +208,16 @@ def test_past_events_are_replayed_from_any_point(tmp_path: Path) -> None:
             assert past == live
             later = [e async for e in service.events(job, after=3)]  # follow: it has ended
             assert later == live[3:]
+            assert (await service.status(job))["events"] == len(live)
+        return job, len(live)
 
-    anyio.run(main)
+    job, count = anyio.run(main)
+
+    async def next_daemon() -> dict[str, Any]:
+        async with serving(tmp_path) as service:
+            return await service.status(job)
+
+    assert anyio.run(next_daemon)["events"] == count  # a job of an earlier daemon: counted
 
 
 def test_a_slow_subscriber_is_dropped_and_the_job_goes_on(
