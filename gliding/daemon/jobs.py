@@ -172,52 +172,96 @@ class WorkspaceLock:
     """The exclusive right to work in one workspace, among the jobs of one data directory.
 
     ``with WorkspaceLock(data_dir, workspace, job):``; the lock file holds ``<pid> <job>`` of
-    its holder, for the message of the job that is refused.
+    its holder, for the message of the job that is refused. Nested workspaces exclude each
+    other too (a job in ``/w`` and one in ``/w/sub`` would write the same files): a job holds
+    its workspace's lock exclusively and each enclosing directory's shared, so jobs side by
+    side (``/w/a``, ``/w/b``) go on together.
     """
 
     def __init__(self, data_dir: Path, workspace: Path, job: str) -> None:
         self.workspace = Path(os.path.realpath(workspace))
-        digest = hashlib.sha256(os.fsencode(self.workspace)).hexdigest()[:32]
-        self.path = data_dir / WORKSPACE_LOCKS / f"{digest}.lock"
+        self.dir = data_dir / WORKSPACE_LOCKS
+        self.path = self._file(self.workspace)
         self.job = job
         self._fd: int | None = None
+        self._shared: list[int] = []
+
+    def _file(self, path: Path) -> Path:
+        return self.dir / f"{hashlib.sha256(os.fsencode(path)).hexdigest()[:32]}.lock"
+
+    def _open(self, path: Path) -> int:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ArchiveError(f"cannot use the data dir: cannot create {self.dir}: "
+                               f"{exc.strerror or exc}",
+                               hint="check that the data dir is writable") from exc
 
     def acquire(self) -> WorkspaceLock:
         """Take the lock for this process (it creates ``<data_dir>/workspaces/``, nothing else).
 
         Raises:
-            WorkspaceBusy: another job holds it. ArchiveError: the data directory is not
-                usable (the lock file cannot be made).
+            WorkspaceBusy: another job holds it, one that encloses it, or one inside it.
+                ArchiveError: the data directory is not usable (a lock file cannot be made).
         """
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise ArchiveError(f"cannot use the data dir: cannot create {self.path.parent}: "
-                               f"{exc.strerror or exc}",
-                               hint="check that the data dir is writable") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 200).decode(errors="replace").split()
-            os.close(fd)
-            pid, job = (holder + ["?", "?"])[:2]
-            raise WorkspaceBusy(
-                f"workspace {self.workspace} is in use by job {job} (pid {pid}); two jobs in "
-                "one workspace would overwrite each other's files",
-                hint="wait for that job to finish, or give this task another workspace",
-            ) from None
+            for outer in self.workspace.parents:
+                fd = self._open(self._file(outer))
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise self._busy(fd, f"workspace {self.workspace} is inside the workspace "
+                                         f"{outer} of job {{job}} (pid {{pid}})") from None
+                self._shared.append(fd)
+                _HELD.add(fd)
+            fd = self._open(self.path)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                try:  # shared holders only: jobs whose workspaces lie inside this one
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise self._busy(fd, f"workspace {self.workspace} is in use by job {{job}} "
+                                         "(pid {pid})") from None
+                os.close(fd)
+                raise WorkspaceBusy(
+                    f"workspace {self.workspace} holds the workspace of a running job (a "
+                    "directory inside it); two jobs there would overwrite each other's files",
+                    hint="wait for that job to finish, or give this task another workspace",
+                ) from None
+        except BaseException:
+            self._release_shared()
+            raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()} {self.job}".encode())
         self._fd = fd
         _HELD.add(fd)
         return self
 
+    @staticmethod
+    def _busy(fd: int, what: str) -> WorkspaceBusy:
+        """The refusal naming the exclusive holder of ``fd``'s lock file (closed here)."""
+        holder = os.read(fd, 200).decode(errors="replace").split()
+        os.close(fd)
+        pid, job = (holder + ["?", "?"])[:2]
+        return WorkspaceBusy(
+            what.format(job=job, pid=pid) + "; two jobs in one workspace would overwrite "
+            "each other's files",
+            hint="wait for that job to finish, or give this task another workspace")
+
+    def _release_shared(self) -> None:
+        for fd in self._shared:
+            _HELD.discard(fd)
+            os.close(fd)
+        self._shared = []
+
     def release(self) -> None:
         if self._fd is not None:
             _HELD.discard(self._fd)
             os.close(self._fd)  # closing drops the flock; the file stays for the next job
             self._fd = None
+        self._release_shared()
 
     def __enter__(self) -> WorkspaceLock:
         return self.acquire()
