@@ -44,6 +44,7 @@ import math
 import socket
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -53,6 +54,7 @@ from typing import Any
 import aiomqtt
 import anyio
 
+from gliding.bus.auth import root_auth
 from gliding.bus.messages import JobEvent
 from gliding.bus.mqtt import MQTTBus, parse_url
 from gliding.testing.servers import mosquitto
@@ -144,11 +146,19 @@ async def raw_rtt(url: str, rounds: int) -> list[float]:
 
 # ---- MQTTBus --------------------------------------------------------------------------------
 
+SIGNED: list[Path] = []  # --signed: the root key every MQTTBus signs and checks with
+
+
+def _bus(url: str) -> MQTTBus:
+    """An MQTTBus; with ``--signed``, one that signs and checks as ``bus.auth`` does."""
+    return MQTTBus(url, auth=root_auth(SIGNED[0]) if SIGNED else None)
+
+
 async def bus_throughput(url: str, messages: list[JobEvent]) -> float:
     count = len(messages)
     async with AsyncExitStack() as stack:
-        sub_bus = await stack.enter_async_context(MQTTBus(url))
-        pub_bus = await stack.enter_async_context(MQTTBus(url))
+        sub_bus = await stack.enter_async_context(_bus(url))
+        pub_bus = await stack.enter_async_context(_bus(url))
         sub = await stack.enter_async_context(sub_bus.subscribe(TOPIC))
         done = anyio.Event()
         last = 0.0
@@ -176,7 +186,7 @@ async def bus_rtt(url: str, rounds: int) -> list[float]:
     requests = build(rounds, 64, "bench.request")
     reply = build(1, 64, "bench.reply")[0]
     samples: list[float] = []
-    async with MQTTBus(url) as echo, MQTTBus(url) as asker:
+    async with _bus(url) as echo, _bus(url) as asker:
         async with echo.subscribe(REQUEST) as inbox, asker.subscribe(REPLY) as replies:
 
             async def serve() -> None:
@@ -239,13 +249,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rtt", type=int, default=2000, help="round trips per latency run")
     parser.add_argument("--url", help="an MQTT 5 broker (default: start a mosquitto here)")
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
+    parser.add_argument("--signed", action="store_true",
+                        help="MQTTBus signs and checks every message (bus.auth)")
     args = parser.parse_args(argv)
+    if args.signed:
+        SIGNED.append(Path(tempfile.mkdtemp(prefix="gliding-bench-key-")) / "bus.key")
     if args.messages < 1 or args.runs < 1 or args.rtt < 1 or args.size < 0:
         parser.error("--messages, --runs and --rtt must be >= 1, --size >= 0")
 
     def run(url: str) -> dict[str, Any]:
         report = anyio.run(measure, url, args.messages, args.size, args.runs, args.rtt)
         report["url"] = url if args.url else "mosquitto started by the benchmark"
+        report["signed"] = bool(SIGNED)
         return report
 
     if args.url:

@@ -32,6 +32,10 @@ it begins, as is each board message between turns, so every request of the sessi
 same bytes of tools and system, and a resumed session rebuilds exactly the requests the killed
 one sent: the provider's prompt cache keeps hitting (docs/context.md, "Cache-aware assembly").
 
+A call whose arguments pass the engine's ``argument_cap`` is not run: they are archived whole
+(``gliding://job/<job>/arguments/<session>-<n>``), the prompt keeps a stub naming that IRI, and
+the model gets a tool error: a huge argument costs one turn, not every later prompt.
+
 A model call is told what the job's wall time budget leaves, and its retries and fallbacks
 (``llm/resilient.py``) become job events (``llm.retry``, ``llm.fallback``). When no model
 answers at all (``ProviderUnavailable``) the error is not the role's: it leaves the loop, the
@@ -59,11 +63,12 @@ from gliding.bus.messages import ArchivedMsg, JobEvent
 from gliding.bus.port import Bus
 from gliding.config.settings import ContextSettings
 from gliding.context.engine import ContextEngine
+from gliding.context.router import route_call
 from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker
 from gliding.core.iri import record_iri, result_iri, turn_iri
 from gliding.core.messages import Completion, Message, ToolCall, Usage
-from gliding.core.text import one_line
+from gliding.core.text import error_line, one_line
 from gliding.errors import GlidingError, ProviderUnavailable
 from gliding.llm.port import LLM, LLMRequest, ProviderNotice, free_backend
 from gliding.memory.archive import CallRecord
@@ -254,16 +259,21 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             except ProviderUnavailable:
                 raise  # not the role's failure: the job stops interrupted, resumable
             except GlidingError as exc:
-                error = f"model call failed: {exc.message}"
+                error = error_line(f"model call failed: {exc.message}")
                 log.warning("llm.call.failed", job=env.job, role=role.name, turn=n,
-                            error=exc.message)
+                            error=error_line(exc.message))
                 state = transition(state, "error")
                 continue
             replayed += was_archived
             usage = usage + completion.usage
             calls = completion.message.tool_calls[:1]  # one call a turn keeps small models on rails
             own: str | None = None
-            if calls and env.context.summaries.model_written:
+            oversize: str | None = None  # why the call's arguments are refused
+            if calls:
+                stubbed, oversize = await _bounded_arguments(env, name, n, calls[0],
+                                                             engine.argument_cap)
+                calls = (stubbed,)
+            if calls and env.context.summaries.model_written and oversize is None:
                 taken, own = take_summary(calls[0], own_summary)
                 calls = (taken,)
             reply = Message("assistant", completion.message.content, calls)
@@ -278,8 +288,8 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 continue
             call = calls[0]
             if call.name == "finish":
-                problem = _check_finish(role, call) if may_finish else (
-                    "finish is not available yet: " + _finish_needs(role, ran))
+                problem = oversize or (_check_finish(role, call) if may_finish else (
+                    "finish is not available yet: " + _finish_needs(role, ran)))
                 summary = _describe(call, "finished" if problem is None else problem)
                 summaries.append(TurnSummary(role.name, n, summary, iri))
                 await _announce(env, n, iri, "turn", summary)
@@ -298,13 +308,14 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             # the call as the engine recorded it (without the loop's summary argument); a
             # call_tool(name, arguments) runs, is archived and is described as that tool
             resolved = resolve(calls[0], toolset, env.on_demand)
-            call = resolved.call
+            call = calls[0] if oversize else resolved.call
             n = env.budget.turns[name]
             t_iri = str(turn_iri(env.job, name, n))
             res_iri = str(result_iri(env.job, f"{name}-{n}-0"))
             key = call.name + call.arguments_json()
             outcome, toolset = await _act(env, call, res_iri, n, toolset, tool_ctx,
-                                          repeated=key in seen_calls, refused=resolved.problem)
+                                          repeated=key in seen_calls,
+                                          refused=oversize or resolved.problem)
             seen_calls.add(key)
             if not outcome.ok:
                 log.info("tool.call.failed", job=env.job, role=role.name, turn=n,
@@ -324,6 +335,24 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     return AgentResult(role.name, state.value, finish, turns, tuple(summaries), tuple(records),
                        error, stats.prompt_tokens, stats.baseline_tokens, stats.compactions,
                        stats.archived_results, usage, schema_tokens, replayed)
+
+
+async def _bounded_arguments(env: AgentEnv, name: str, n: int, call: ToolCall,
+                             cap: int) -> tuple[ToolCall, str | None]:
+    """``(call, None)``, or when its arguments pass ``cap`` bytes of JSON: the call with a
+    stub instead of them (``router.route_call``) and why it is refused. Their full text is
+    archived first, for read_result (a replayed turn puts the same bytes: a no-op)."""
+    iri = str(record_iri(env.job, "arguments", f"{name}-{n}"))
+    stubbed, size = route_call(call, iri=iri, cap=cap)
+    if size is None:
+        return call, None
+    await env.archive.put(iri, call.arguments_json(), kind="arguments",
+                          meta={"tool": call.name, "role": name, "turn": n, "bytes": size})
+    log.warning("tool.call.arguments_refused", job=env.job, role=env.role.name, turn=n,
+                tool=call.name, bytes=size, cap=cap)
+    return stubbed, (f"the arguments of {call.name} are {size} bytes, more than the {cap} a "
+                     f"tool call may have, so it was not run; they are archived as {iri} "
+                     "(read_result reads them). Split the work into smaller calls.")
 
 
 async def _system_prompt(env: AgentEnv, name: str, system: str) -> str:

@@ -62,6 +62,7 @@ from gliding.core.clock import Clock
 from gliding.core.crashpoints import crash_point
 from gliding.core.iri import step_session
 from gliding.core.messages import ToolSpec
+from gliding.core.text import error_line, traceback_text
 from gliding.errors import ProviderUnavailable
 from gliding.llm.port import LLM
 from gliding.memory.archive_port import ArchivePort
@@ -161,9 +162,10 @@ class AgentWorker:
                 except ProviderUnavailable:
                     raise  # no model answers: the job stops interrupted (resumable), unanswered
                 except Exception as exc:  # a bug or a failing store ends the role, not the job
-                    log.error("agent.crashed", job=kit.job, role=role,
-                              error=f"{type(exc).__name__}: {exc}")
-                    answer = failed_answer(assignment, f"{type(exc).__name__}: {exc}")
+                    error = error_line(f"{type(exc).__name__}: {exc}")
+                    log.error("agent.crashed", job=kit.job, role=role, error=error,
+                              exception=traceback_text(exc))
+                    answer = failed_answer(assignment, error)
                 await kit.bus.publish(topics.result(kit.job, role), answer)
         finally:
             self._running.discard(key)
@@ -209,7 +211,8 @@ class AgentWorker:
         u = r.usage
         common: dict[str, Any] = {
             "job": a.job, "role": a.role, "cycle": a.cycle, "attempt": a.attempt,
-            "status": r.status, "error": r.error, "turns": r.turns,
+            "status": r.status, "error": None if r.error is None else error_line(r.error),
+            "turns": r.turns,
             "usage": UsageWire(prompt_tokens=u.prompt_tokens,
                                completion_tokens=u.completion_tokens,
                                cached_tokens=u.cached_tokens, cost_usd=u.cost_usd,
@@ -262,7 +265,9 @@ class AgentWorker:
 def failed_answer(a: Assignment, error: str, *,
                   status: Literal["failed", "unavailable"] = "failed") -> AnswerMsg:
     """The answer of a role whose session crashed: status failed, the error, nothing done
-    (``unavailable``: no model answered, and the job stops interrupted, resumable)."""
+    (``unavailable``: no model answered, and the job stops interrupted, resumable). The error
+    is kept to one line (``error_line``)."""
+    error = error_line(error)
     common: dict[str, Any] = {"job": a.job, "role": a.role, "cycle": a.cycle,
                               "attempt": a.attempt, "status": status, "error": error,
                               "step": a.step}

@@ -53,6 +53,7 @@ from gliding.bench.coherence_procs import (
     key_iri,
 )
 from gliding.bench.stats import percentile
+from gliding.bus.auth import root_auth
 from gliding.errors import GlidingError
 from gliding.memory.coherence.linearizability import Operation, Result, check
 from gliding.memory.coherence.service import announce_departure
@@ -237,6 +238,7 @@ class BenchSettings:
     modes: tuple[str, ...] = MODES
     check_timeout_s: float = 120.0
     workdir: Path | None = None
+    bus_key: Path | None = None  # sign every message with this root key (bus/auth.py)
 
 
 @dataclass
@@ -265,8 +267,10 @@ class _Run:
         return self.root / f"history-p{process}.jsonl"
 
 
-def _proc_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "gliding.bench.coherence_procs", *args]
+def _proc_command(*args: str, key: Path | None = None) -> list[str]:
+    """A bench process's command line; ``key``: the bus key every process signs with."""
+    signed = ["--bus-key", str(key)] if key is not None else []
+    return [sys.executable, "-m", "gliding.bench.coherence_procs", *args, *signed]
 
 
 async def _start_directory(run: _Run, grace_s: float) -> None:
@@ -279,7 +283,7 @@ async def _start_directory(run: _Run, grace_s: float) -> None:
         _proc_command("directory", "--space", run.space, "--store", run.store_url, "--broker",
                       run.broker, "--lease", str(s.lease_s), "--grace", str(grace_s),
                       "--protocol", s.protocol, "--counters",
-                      str(run.root / "counters" / f"{name}.json")),
+                      str(run.root / "counters" / f"{name}.json"), key=s.bus_key),
         stdin=-1, stdout=-1, stderr=log)
     assert process.stdout is not None
     seen = b""
@@ -308,7 +312,7 @@ async def _start_client(run: _Run, process: int) -> None:
                       "--ops", str(s.ops), "--keys", str(s.keys), "--write-ratio",
                       str(s.write_ratio), "--seed", str(s.seed), "--history",
                       str(run.history(process)), "--counters",
-                      str(run.root / "counters" / f"{agent}.json")),
+                      str(run.root / "counters" / f"{agent}.json"), key=s.bus_key),
         stdin=-1, stdout=log, stderr=log)
 
 
@@ -484,7 +488,8 @@ async def _run_all(s: BenchSettings, base: Path,
             (base / "mosquitto").mkdir(exist_ok=True)
             broker = await stack.enter_async_context(mosquitto_server(base / "mosquitto"))
         out: dict[str, dict[str, Any]] = {}
-        bus = await stack.enter_async_context(MQTTBus(broker))
+        bus = await stack.enter_async_context(MQTTBus(
+            broker, auth=root_auth(s.bus_key) if s.bus_key is not None else None))
         for mode in s.modes:
             out[mode] = await _run_mode(mode, s, broker, base, bus, say)
     return out

@@ -39,6 +39,7 @@ import structlog
 from anyio.abc import Process, TaskStatus
 
 from gliding.bench.servers import MOSQUITTO_CONFIG, OXIGRAPH, free_port, mosquitto_binary
+from gliding.bus.auth import BusAuth, root_auth
 from gliding.bus.messages import CoherenceMsg
 from gliding.errors import GlidingError
 from gliding.memory.coherence.protocol import (
@@ -317,7 +318,7 @@ async def directory_main(args: argparse.Namespace) -> None:
     store = RegisterStore.for_oxigraph(args.store)
     step = no_invalidate_step if args.protocol == "broken" else directory_step
     counters_path = Path(args.counters)
-    async with MQTTBus(args.broker) as bus:
+    async with MQTTBus(args.broker, auth=_auth(args)) as bus:
         directory = Directory(bus, store, args.space, lease_s=args.lease, grace_s=args.grace,
                               step=step)
 
@@ -474,7 +475,7 @@ async def client_main(args: argparse.Namespace) -> None:
     store = RegisterStore.for_oxigraph(args.store)
     registers: MesiRegisters | StoreRegisters
     try:
-        async with MQTTBus(args.broker) as bus:
+        async with MQTTBus(args.broker, auth=_auth(args)) as bus:
             if args.mode == "mesi":
                 registers = MesiRegisters(Cache(bus, args.space, agent, lease_s=args.lease,
                                                 timeout_s=args.timeout, tries=3))
@@ -504,6 +505,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--space", required=True)
         p.add_argument("--store", required=True)
         p.add_argument("--broker", required=True)
+        p.add_argument("--bus-key", type=Path, default=None)
         p.add_argument("--lease", type=float, required=True)
         p.add_argument("--counters", required=True)
     d = sub.choices["directory"]
@@ -530,3 +532,8 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _auth(args: argparse.Namespace) -> BusAuth | None:
+    """Signed messages when the harness gave a bus key (``gliding bench coherence --auth``)."""
+    return root_auth(args.bus_key) if args.bus_key is not None else None

@@ -159,9 +159,10 @@ class InProcessBus:
 
     @asynccontextmanager
     async def subscribe(
-        self, pattern: str, *, max_buffer: int = 100
+        self, pattern: str, *, max_buffer: int = 100, unverified: bool = False
     ) -> AsyncIterator[InProcessSubscription]:
-        """See ``port.Bus.subscribe``; unsubscribes when the context is left."""
+        """See ``port.Bus.subscribe``; unsubscribes when the context is left. ``unverified``
+        means nothing here: one process, nothing to check."""
         self._require_open(f"subscribe to {pattern!r}")
         check_pattern(pattern)
         if not isinstance(max_buffer, int) or max_buffer < 1:

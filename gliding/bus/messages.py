@@ -280,6 +280,7 @@ class GrantMsg(_Message):
     worker: str
     granted: bool
     reason: str = ""
+    item: str = ""  # granted: the digest of the offer (bus/auth.py), which the worker checks
 
 
 class Heartbeat(_Message):

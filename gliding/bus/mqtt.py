@@ -50,6 +50,7 @@ import itertools
 import math
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -65,11 +66,12 @@ from anyio.streams.memory import MemoryObjectSendStream
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from gliding.bus.auth import ROOT, BusAuth, Forged
 from gliding.bus.inproc import InProcessSubscription
 from gliding.bus.messages import BusMessage, from_json, to_json
 from gliding.bus.port import Delivery, check_pattern, check_topic, split_shared
 from gliding.config.settings import BusSettings
-from gliding.errors import BusError
+from gliding.errors import BusError, GlidingError
 
 log = structlog.get_logger("gliding.bus")
 
@@ -78,6 +80,10 @@ MAX_IDENTIFIER = 268_435_455  # the largest MQTT 5 subscription identifier
 FIRST_RETRY_S = 0.05
 SENDS = 3  # a publish whose connection drops before the PUBACK is sent at most this often
 _LOST: Any = object()  # queued after the last delivery of a connection
+MAX_PACKET = 268_435_455  # MQTT's largest packet
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+ENVELOPE_ROOM = 1024  # what a signed envelope adds to a message, at most (and escaping)
+REFUSAL_LOG_S = 10.0  # refused deliveries: one warning per kind this often, with a count
 LOSS_GRACE_S = 1.0  # how long a failed request waits for the reader to notice a lost link
 UNREACHABLE_HINT = (
     "start mosquitto (scripts/setup.sh installs it) or point bus.url at a running MQTT 5 "
@@ -211,6 +217,7 @@ class _Filter:
     shared: bool
     members: list[MemoryObjectSendStream[Delivery]] = field(default_factory=list)
     turn: int = 0
+    unverified: bool = False  # takes signed messages this process cannot check (bus/auth.py)
 
 
 class MQTTBus:
@@ -226,8 +233,16 @@ class MQTTBus:
         max_buffer: int = 1000,
         client_id: str | None = None,
         receive_maximum: int = RECEIVE_MAXIMUM,
+        auth: BusAuth | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
-        """Raises:
+        """``auth``: sign every message sent and check every message received
+        (``bus/auth.py``); None sends and takes plain messages. ``max_message_bytes``: a
+        larger payload is neither sent nor decoded (the broker is told the limit too).
+
+        Raises:
             BusError: ``url`` is not ``mqtt://host:port``, or a number is out of range.
         """
         self._host, self._port = parse_url(url)
@@ -242,6 +257,12 @@ class MQTTBus:
             raise BusError(f"receive_maximum must be 1..65535, got {receive_maximum!r}")
         self._receive_maximum = receive_maximum
         self._client_id = client_id
+        self._credentials = {"username": username, "password": password} if username else {}
+        self.auth = auth
+        if not 1024 <= max_message_bytes <= MAX_PACKET:
+            raise BusError(f"max_message_bytes must be 1024..{MAX_PACKET}")
+        self._max_message_bytes = max_message_bytes
+        self._refusals = _Refusals(url)
         self._state = "new"  # -> open -> closed
         self._link: _Link | None = None
         self._filters: dict[str, _Filter] = {}
@@ -251,7 +272,8 @@ class MQTTBus:
         self._reconnects = 0
 
     @classmethod
-    def from_settings(cls, settings: BusSettings, *, client_id: str | None = None) -> MQTTBus:
+    def from_settings(cls, settings: BusSettings, *, client_id: str | None = None,
+                      auth: BusAuth | None = None) -> MQTTBus:
         """An (unopened) bus for ``settings.url``.
 
         Raises:
@@ -260,9 +282,19 @@ class MQTTBus:
         if settings.url is None:
             raise BusError("bus.url is not set, so there is no broker to connect to",
                            hint="set bus.url: mqtt://127.0.0.1:1883, or use the in-process bus")
+        password = None
+        if settings.password_file is not None:
+            from gliding.bus.broker import read_password
+
+            try:
+                password = read_password(settings.password_file)
+            except GlidingError as exc:
+                raise BusError(exc.message, hint=exc.hint) from None
         return cls(settings.url, connect_timeout_s=settings.connect_timeout_s,
                    keepalive_s=settings.keepalive_s, reconnect_max_s=settings.reconnect_max_s,
-                   max_buffer=settings.max_buffer, client_id=client_id)
+                   max_buffer=settings.max_buffer, client_id=client_id, auth=auth,
+                   max_message_bytes=settings.max_message_bytes,
+                   username=settings.username, password=password)
 
     @property
     def url(self) -> str:
@@ -330,6 +362,10 @@ class MQTTBus:
             raise BusError(f"cannot publish on {topic!r}: the broker keeps $SYS/ for itself",
                            hint="use a topic under gliding/")
         payload = to_json(message)
+        if len(payload) > self._max_message_bytes:
+            raise BusError(f"cannot publish on {topic!r}: the message has {len(payload)} bytes, "
+                           f"over bus.max_message_bytes ({self._max_message_bytes})",
+                           hint="send a reference (an IRI in the archive) instead")
         link = self._link
         deadline = math.inf
         for _ in range(SENDS):
@@ -338,8 +374,9 @@ class MQTTBus:
                     deadline = anyio.current_time() + self._connect_timeout_s
                 link = await self._wait_up(deadline, f"publish on {topic!r}")
             with link.request():
-                try:
-                    await link.client.publish(topic, payload, qos=1, timeout=math.inf)
+                try:  # sealed here, numbered in the order messages reach the socket
+                    wire = payload if self.auth is None else self.auth.sealer.seal(topic, payload)
+                    await link.client.publish(topic, wire, qos=1, timeout=math.inf)
                     return
                 except aiomqtt.MqttError as exc:
                     await self._settle(link, exc, f"publish on {topic!r}")
@@ -350,9 +387,12 @@ class MQTTBus:
 
     @asynccontextmanager
     async def subscribe(
-        self, pattern: str, *, max_buffer: int | None = None
+        self, pattern: str, *, max_buffer: int | None = None, unverified: bool = False
     ) -> AsyncIterator[InProcessSubscription]:
         """See ``port.Bus.subscribe``; the broker holds the filter when the context is entered.
+        ``unverified``: on a bus with ``auth``, also take signed messages this process cannot
+        check (a worker: the root's offers to the whole pool); every subscription of one
+        filter must say the same.
 
         Raises (on entering):
             BusError: as ``port.Bus.subscribe``; also the broker refused the filter, or no
@@ -363,7 +403,7 @@ class MQTTBus:
         size = self._max_buffer if max_buffer is None else _check_buffer(max_buffer)
         send, receive = anyio.create_memory_object_stream[Delivery](size)
         try:
-            await self._join(pattern, send)
+            await self._join(pattern, send, unverified)
             yield InProcessSubscription(pattern, receive)
         finally:
             send.close()
@@ -398,10 +438,12 @@ class MQTTBus:
     async def _connect(self) -> _Link:
         properties = Properties(PacketTypes.CONNECT)
         properties.ReceiveMaximum = self._receive_maximum
+        # the broker sends nothing larger (an envelope adds under 1 KiB to a message)
+        properties.MaximumPacketSize = min(MAX_PACKET, self._max_message_bytes + ENVELOPE_ROOM)
         link = _Link(
             self._lost, hostname=self._host, port=self._port, identifier=self._client_id,
             protocol=aiomqtt.ProtocolVersion.V5, keepalive=self._keepalive_s,
-            timeout=self._connect_timeout_s, properties=properties,
+            timeout=self._connect_timeout_s, properties=properties, **self._credentials,
             # no Nagle: a PUBACK or a second copy must not wait 40 ms for the peer's ACK
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         )
@@ -488,13 +530,18 @@ class MQTTBus:
 
     # ---- subscriptions ----------------------------------------------------------------------
 
-    async def _join(self, pattern: str, send: MemoryObjectSendStream[Delivery]) -> None:
+    async def _join(self, pattern: str, send: MemoryObjectSendStream[Delivery],
+                    unverified: bool = False) -> None:
         deadline = anyio.current_time() + self._connect_timeout_s
         async with self._lock:
             self._require_open(f"subscribe to {pattern!r}")
             entry = self._filters.get(pattern)
+            if entry is not None and entry.unverified != unverified:
+                raise BusError(f"{pattern!r} is subscribed with unverified={entry.unverified}",
+                               hint="subscribe to it one way only")
             if entry is None:
-                entry = _Filter(pattern, self._next_ident(), split_shared(pattern)[0] is not None)
+                entry = _Filter(pattern, self._next_ident(), split_shared(pattern)[0] is not None,
+                                unverified=unverified)
                 self._filters[pattern] = entry
                 self._by_ident[entry.ident] = entry
                 entry.members.append(send)
@@ -577,15 +624,14 @@ class MQTTBus:
                 mqtt_message = await client.next()
                 properties = mqtt_message.properties
                 idents = getattr(properties, "SubscriptionIdentifier", None)
-                delivery: Delivery | None = None
+                decoded: dict[str | bytes, Delivery | None] = {}
                 for ident in idents or ():
                     entry = by_ident.get(ident)
                     if entry is None or not entry.members:
                         continue  # left meanwhile
+                    delivery = self._decode(mqtt_message, ident, entry, decoded)
                     if delivery is None:
-                        delivery = self._decode(mqtt_message)
-                        if delivery is None:
-                            break
+                        continue
                     if entry.shared:
                         await _hand_to_one(entry, delivery)
                     else:
@@ -600,15 +646,39 @@ class MQTTBus:
         except aiomqtt.MqttError:
             return
 
-    def _decode(self, mqtt_message: aiomqtt.Message) -> Delivery | None:
+    def _decode(self, mqtt_message: aiomqtt.Message, ident: int, entry: _Filter,
+                decoded: dict[str | bytes, Delivery | None]) -> Delivery | None:
+        """The delivery of ``mqtt_message`` for the subscription ``ident``, or None (logged)
+        when it is not one: too large, not a bus message, or, on a bus with ``auth``, not
+        signed by a sender this process can check (unless ``entry`` takes unverified
+        messages), a replay, or refused by the policy. ``decoded`` shares the decoding of one
+        message between the subscriptions it is for."""
         payload = mqtt_message.payload
+        topic = mqtt_message.topic.value
+        size = len(payload) if isinstance(payload, bytes | str) else 0
         try:
             if not isinstance(payload, bytes | str):
                 raise BusError(f"payload of type {type(payload).__name__}")
-            return Delivery(mqtt_message.topic.value, from_json(payload))
+            if size > self._max_message_bytes + (ENVELOPE_ROOM if self.auth else 0):
+                raise BusError(f"{size} bytes, over bus.max_message_bytes")
+            sender, verified = ROOT, True
+            text: str | bytes = payload
+            if self.auth is not None:
+                sealed = self.auth.opener.open(topic, payload, ident)
+                sender, text, verified = sealed.sender, sealed.msg, sealed.verified
+                if not verified and not entry.unverified:
+                    return None  # the root's word to others (an offer to the pool): not ours
+            if text not in decoded:
+                delivery = Delivery(topic, from_json(text))
+                if (verified and sender != ROOT and self.auth is not None
+                        and self.auth.policy is not None):
+                    refused = self.auth.policy(topic, sender, delivery.message)
+                    if refused:
+                        raise Forged(f"{sender} may not say that: {refused}", kind="policy")
+                decoded[text] = delivery
+            return decoded[text]
         except BusError as exc:
-            log.warning("bus.mqtt.bad_payload", url=self._url, topic=mqtt_message.topic.value,
-                        error=exc.message, size=len(payload) if payload is not None else 0)
+            self._refusals.note(topic, exc, size)
             return None
 
     def _require_open(self, what: str) -> None:
@@ -617,6 +687,32 @@ class MQTTBus:
                 raise BusError(f"cannot {what}: the bus is not open yet",
                                hint="use `async with MQTTBus(url) as bus:`")
             raise BusError(f"cannot {what}: the bus is closed", hint="open a new bus")
+
+
+class _Refusals:
+    """Deliveries refused (malformed, forged, replayed, too large): one warning per kind and
+    topic pattern at most every ``REFUSAL_LOG_S``, with how many were refused since, so a flood
+    of bad payloads costs a few lines, not one each."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.count = 0  # refused in all
+        self._pending: dict[str, int] = {}
+        self._logged: dict[str, float] = {}
+
+    def note(self, topic: str, exc: BusError, size: int) -> None:
+        self.count += 1
+        kind = f"{getattr(exc, 'kind', exc.code)}:{topic.split('/', 1)[0]}"
+        self._pending[kind] = self._pending.get(kind, 0) + 1
+        now = time.monotonic()
+        if now - self._logged.get(kind, -math.inf) < REFUSAL_LOG_S:
+            return
+        if len(self._logged) > 1000:
+            self._logged.clear()
+        self._logged[kind] = now
+        event = "bus.forged" if isinstance(exc, Forged) else "bus.mqtt.bad_payload"
+        log.warning(event, url=self.url, topic=topic[:200], error=exc.message[:300],
+                    size=size, refused=self._pending.pop(kind))
 
 
 async def _hand(member: MemoryObjectSendStream[Delivery], delivery: Delivery) -> bool:

@@ -92,9 +92,13 @@ class Bus(Protocol):
         ...
 
     def subscribe(
-        self, pattern: str, *, max_buffer: int = 100
+        self, pattern: str, *, max_buffer: int = 100, unverified: bool = False
     ) -> AbstractAsyncContextManager[Subscription]:
         """Subscribe to the topic filter ``pattern`` for the duration of the context.
+
+        ``unverified``: on a bus that signs its messages, also take signed messages this
+        process cannot check (a worker: the root's offers to the whole pool, which it acts on
+        only once a grant it can check names them); elsewhere it means nothing.
 
         ``max_buffer`` bounds the deliveries held for this subscriber; what happens when it is
         full is backend policy (the in-process bus makes publishers wait; the MQTT bus stops

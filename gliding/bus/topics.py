@@ -27,6 +27,9 @@ never sees the archive traffic.
 
 from __future__ import annotations
 
+from gliding.bus.auth import check_name, owner
+from gliding.errors import BusError
+
 
 def agent(job: str, role: str) -> str:
     return f"job/{job}/agent/{role}"
@@ -89,3 +92,20 @@ def coherence_directory(space: str) -> str:
 
 def coherence_cache(space: str, agent: str) -> str:
     return f"coherence/{space}/cache/{agent}"
+
+
+def recipient(topic: str) -> str | None:
+    """The enrolled worker a topic addresses alone (its grants, its archive replies, its
+    caches' coherence messages), whose key signs what the root sends there; None for the
+    rest."""
+    levels = topic.split("/")
+    if len(levels) == 3 and levels[0] == "worker" and levels[2] in ("grants", "archive"):
+        name = owner(levels[1])
+    elif len(levels) == 4 and levels[0] == "coherence" and levels[2] == "cache":
+        name = owner(levels[3])
+    else:
+        return None
+    try:
+        return check_name(name)
+    except BusError:
+        return None  # the job's own caches ("@ingest..."): under the root key

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -31,6 +32,8 @@ bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (JSON output).")
 app.add_typer(config_app, name="config")
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
+broker_app = typer.Typer(no_args_is_help=True, help="Set up an MQTT broker for workers.")
+app.add_typer(broker_app, name="broker")
 
 _state: dict[str, Any] = {"config": None, "log_format": "console"}
 
@@ -164,11 +167,13 @@ def run(
         from gliding.cli.render import json_text, report_dict, report_text
         from gliding.config.task import load_task
         from gliding.daemon.compose import run_job
+        from gliding.daemon.private import private_files
 
         settings = _settings(_data_dir(data_dir))
         spec = load_task(task)
         show = _progress(quiet)
-        handle = anyio.run(lambda: run_job(spec, settings, model=model, on_event=show))
+        with private_files(settings.data_dir):
+            handle = anyio.run(lambda: run_job(spec, settings, model=model, on_event=show))
     except Exception as exc:  # one message and an exit code, whatever stopped the job
         _fail(exc)
         return
@@ -193,11 +198,13 @@ def resume(
         from gliding.cli.render import json_text, report_dict, report_text
         from gliding.core.iri import job_iri
         from gliding.daemon.compose import resume_job
+        from gliding.daemon.private import private_files
 
         settings = _settings(_data_dir(data_dir))
         job_iri(job)  # a bad job id is exit 2 before anything is opened
         show = _progress(quiet)
-        handle = anyio.run(lambda: resume_job(job, settings, on_event=show))
+        with private_files(settings.data_dir):
+            handle = anyio.run(lambda: resume_job(job, settings, on_event=show))
     except Exception as exc:  # one message and an exit code, whatever stopped the job
         _fail(exc)
         return
@@ -293,10 +300,12 @@ def daemon_command(
 
     try:
         from gliding.daemon.api import serve
+        from gliding.daemon.private import private_files
 
         settings = _settings(overrides)
-        serve(settings, announce=announce,
-              warn=lambda line: _say(line, event="daemon.warning", level="warning"))
+        with private_files(settings.data_dir):
+            serve(settings, announce=announce,
+                  warn=lambda line: _say(line, event="daemon.warning", level="warning"))
     except KeyboardInterrupt:  # before the daemon took over the signal
         raise typer.Exit(130) from None
     except Exception as exc:
@@ -305,6 +314,13 @@ def daemon_command(
 
 @app.command("worker")
 def worker_command(
+    action: list[str] = typer.Argument(None, help="`init NAME`: enrol a worker: write the "
+                                       "bus key for NAME (from this data directory's root "
+                                       "key) to --out, to copy to the worker's host."),
+    out: Path | None = typer.Option(None, "--out", help="init: where the worker's key goes "
+                                    "(default: ./NAME.bus.key)."),
+    name: str | None = typer.Option(None, "--name", help="The enrolled name it signs as "
+                                    "(default: its key's)."),
     broker: str | None = typer.Option(None, "--broker", help="The MQTT 5 broker, "
                                       "mqtt://host:port (bus.url)."),
     roles: str = typer.Option("PA,DA,CA,AA", "--roles", help="The roles it serves, "
@@ -317,8 +333,12 @@ def worker_command(
 ) -> None:
     """Run agents for the jobs of a daemon (or `gliding run`) with daemon.agents: workers:
     take their assignments from the broker, N workers splitting the work (docs/daemon.md,
-    Workers). Ctrl-C or SIGTERM stops it; what it held is handed to another worker."""
+    Workers). Ctrl-C or SIGTERM stops it; what it held is handed to another worker.
+    `gliding worker init NAME` enrols one instead (docs/daemon.md, "Trust")."""
     overrides = _data_dir(data_dir)
+    if action:
+        _worker_init(action, out, overrides)
+        return
     if broker is not None:
         overrides["bus.url"] = broker
     wanted = [r.strip().upper() for r in roles.split(",") if r.strip()]
@@ -332,15 +352,70 @@ def worker_command(
     try:
         import anyio
 
+        from gliding.daemon.private import private_files
         from gliding.daemon.workers import serve_worker
 
         settings = _settings(overrides)
-        anyio.run(lambda: serve_worker(settings, roles=wanted, concurrency=concurrency,
-                                       remote=remote, announce=announce))
+        with private_files(settings.data_dir):
+            anyio.run(lambda: serve_worker(settings, roles=wanted, concurrency=concurrency,
+                                           remote=remote, announce=announce, enrolled=name))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except Exception as exc:
         _fail(exc)
+
+
+def _worker_init(action: list[str], out: Path | None, overrides: dict[str, Any]) -> None:
+    """``gliding worker init NAME``: the worker key of NAME, from the root key of this data
+    directory (``bus.key_file``; made when there is none), written 0600 to ``out``."""
+    try:
+        from gliding.bus.auth import root_keyring, worker_key, write_key_file
+        from gliding.daemon.runtime import bus_key_path
+        from gliding.errors import UsageError
+
+        if len(action) != 2 or action[0] != "init":
+            raise UsageError(f"unknown worker action {' '.join(action)!r}",
+                             hint="gliding worker init NAME [--out FILE], or gliding worker "
+                                  "--broker URL to serve")
+        worker = action[1]
+        settings = _settings(overrides)
+        root = root_keyring(bus_key_path(settings))
+        if not root.is_root:
+            raise UsageError(f"{bus_key_path(settings)} is a worker's key, not a root key",
+                             hint="enrol workers on the daemon's host")
+        path = write_key_file(out or Path(f"{worker}.bus.key"), worker_key(root.key, worker),
+                              worker)
+    except Exception as exc:
+        _fail(exc)
+    _say(f"wrote the bus key of worker {worker} to {path} (0600): copy it to the worker's "
+         f"host and start it with `gliding worker --broker URL` and bus.key_file: <that file>",
+         event="worker.enrolled", worker=worker, key_file=str(path))
+
+
+@broker_app.command("init")
+def broker_init(
+    directory: Path = typer.Argument(..., help="Where the configuration goes (made 0700)."),
+    workers: list[str] = typer.Option([], "--worker", help="A worker's name (repeat it)."),
+    port: int = typer.Option(1883, "--port", help="The port mosquitto listens on."),
+    bind: str = typer.Option("127.0.0.1", "--bind", help="The address it listens on."),
+) -> None:
+    """Write a mosquitto configuration for Gliding: users and passwords for the daemon
+    (`gliding`) and each --worker, and what each may read and write (docs/daemon.md,
+    "Trust")."""
+    try:
+        from gliding.bus.broker import JOB_USER, write_broker_config
+
+        settings = _settings({})
+        files = write_broker_config(directory, workers=workers, port=port, bind=bind,
+                                    max_message_bytes=settings.bus.max_message_bytes)
+    except Exception as exc:
+        _fail(exc)
+    _say(f"wrote {files.config}: start it with `mosquitto -c {files.config}`; the daemon "
+         f"uses bus.username: {JOB_USER} and bus.password_file: "
+         f"{files.passwords[JOB_USER]}, each worker its own name and password file "
+         f"({', '.join(str(p) for u, p in files.passwords.items() if u != JOB_USER) or 'none'})",
+         event="broker.configured", config=str(files.config),
+         passwords={u: str(p) for u, p in files.passwords.items()})
 
 
 def _client(data_dir: Path | None) -> Any:
@@ -488,11 +563,15 @@ def mcp_command(
     from gliding.errors import GlidingError
 
     try:
+        from gliding.daemon.private import private_files
         from gliding.mcp.server import serve
 
         settings = _settings(_data_dir(data_dir))
-        serve(settings, transport=transport, port=port,
-              announce=lambda url: typer.echo(f"gliding mcp: serving at {url}", err=True))
+        with private_files(settings.data_dir):
+            serve(settings, transport=transport, port=port,
+                  announce=lambda url: typer.echo(
+                      f"gliding mcp: serving at {url} (bearer token in "
+                      f"{settings.data_dir / 'mcp.token'})", err=True))
     except GlidingError as exc:
         _fail(exc)
 
@@ -864,6 +943,8 @@ def bench_coherence(
                                         help="Linearizability search budget per key, s."),
     workdir: Path | None = typer.Option(None, "--workdir",
                                         help="Keep histories and logs here (default: temp)."),
+    signed: bool = typer.Option(False, "--signed", help="Sign and check every message with "
+                                "a bus key, as bus.auth does (docs/daemon.md, Trust)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
 ) -> None:
     """MESI coherence under kill -9: N client processes, a directory process, real mosquitto
@@ -893,7 +974,9 @@ def bench_coherence(
             processes=processes, ops=ops, keys=keys, write_ratio=write_ratio, seed=seed,
             kills=kills, directory_kills=directory_kills, lease_s=lease,
             protocol=cast(Any, protocol), broker=broker, modes=chosen,
-            check_timeout_s=check_timeout, workdir=workdir)
+            check_timeout_s=check_timeout, workdir=workdir,
+            bus_key=Path(tempfile.mkdtemp(prefix="gliding-bench-key-")) / "bus.key"
+            if signed else None)
         result = run_coherence_bench(settings,
                                      progress=lambda line: _say(line, event="bench.progress"))
     except GlidingError as exc:

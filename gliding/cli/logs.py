@@ -6,6 +6,11 @@ With ``log_format: json`` every line on stderr is one JSON object: log lines, th
 libraries write (which would otherwise reach stderr as plain text). With ``console`` each is
 plain text, and control characters in it are shown escaped (``terminal_safe``): text a model
 wrote cannot move the cursor, recolour the terminal or overwrite a line.
+
+A log line's exception (``exc_info``) becomes plain text in both formats
+(``gliding.core.text.traceback_text``): the innermost frames only, no locals, bounded in size.
+A traceback rendered with every frame's locals (structlog's default with rich installed) runs
+to thousands of lines and takes seconds, on whatever thread logs it: a daemon's event loop.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
+
+from gliding.core.text import traceback_text
 
 # C0 and C1 controls and DEL (ESC [ ..., OSC, \r, backspace, ...), and the Unicode characters
 # that reorder or break what follows them (bidi overrides and isolates, line separators).
@@ -74,10 +81,11 @@ def configure_logging(level: str, fmt: str) -> None:
         structlog.processors.TimeStamper(fmt="iso"),
     ]
     if json_format:
-        processors += [structlog.processors.format_exc_info,
+        processors += [_exception_text,
                        structlog.processors.JSONRenderer()]  # ensure_ascii: no raw controls
     else:
-        processors += [_escape_values, structlog.dev.ConsoleRenderer(colors=False)]
+        processors += [_escape_values, _exception_text, structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback)]
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(
@@ -92,8 +100,25 @@ def _escape_values(logger: Any, name: str,
                    event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Console log lines: string values shown with their control characters escaped."""
     for key, value in event.items():
-        if isinstance(value, str):
+        if isinstance(value, str) and key != "exception":  # _exception_text escapes that one
             event[key] = terminal_safe(value)
+    return event
+
+
+def _exception_text(logger: Any, name: str,
+                    event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """``exc_info`` as a bounded plain traceback under ``exception`` (``traceback_text``);
+    on the console with its control characters escaped, its newlines kept."""
+    exc_info = event.pop("exc_info", None)
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    if isinstance(exc_info, tuple):
+        exc_info = exc_info[1]
+    if isinstance(exc_info, BaseException):
+        event["exception"] = traceback_text(exc_info)
+    text = event.get("exception")
+    if isinstance(text, str):
+        event["exception"] = terminal_safe(text, one_line=False)
     return event
 
 
@@ -105,8 +130,8 @@ class _JSONRecords(logging.Handler):
             data = {"event": "log.record", "level": record.levelname.lower(),
                     "timestamp": _now(), "logger": record.name,
                     "message": record.getMessage()}
-            if record.exc_info:
-                data["exception"] = logging.Formatter().formatException(record.exc_info)
+            if record.exc_info and record.exc_info[1] is not None:
+                data["exception"] = traceback_text(record.exc_info[1])
             sys.stderr.write(json_line(data) + "\n")
         except Exception:  # a logging handler must not raise (logging.Handler's contract)
             self.handleError(record)

@@ -14,23 +14,48 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import structlog
+
 from gliding.bus.messages import JobEvent
 from gliding.cli.logs import terminal_safe
 from gliding.core.messages import Usage
 from gliding.core.prices import CostTotal
+from gliding.core.text import clip, error_line
 from gliding.llm.port import free_backend
 from gliding.scheduler.report import JobReport
 from gliding.tools.sandbox import UNPROTECTED
 
+_UNRENDERED: set[str] = set()  # event names already logged as not renderable (bounded)
+LINE_CHARS = 2000  # a progress line, at most
+
 
 def progress_line(event: JobEvent) -> str | None:
-    """The line shown for ``event`` (one line, control characters escaped), or None."""
-    line = _progress_line(event)
-    return None if line is None else terminal_safe(line)
+    """The line shown for ``event`` (one line, control characters escaped, at most
+    LINE_CHARS), or None. An event whose data has another shape than its name promises (a
+    field missing, of another type: a forged or newer event) is not shown, and logged once
+    per name: rendering never raises into the job that emitted it."""
+    try:
+        line = _progress_line(event)
+    except Exception as exc:
+        _unrendered(event, exc)
+        return None
+    return None if line is None else clip(terminal_safe(line), LINE_CHARS)
+
+
+def _unrendered(event: JobEvent, exc: Exception) -> None:
+    name = str(event.event)[:100]
+    if name in _UNRENDERED or len(_UNRENDERED) >= 100:
+        return
+    _UNRENDERED.add(name)
+    structlog.get_logger("gliding.cli").warning(
+        "cli.event.unrendered", job=str(event.job)[:100], event_name=name,
+        error=error_line(f"{type(exc).__name__}: {exc}", 200))
 
 
 def _progress_line(event: JobEvent) -> str | None:
     d = event.data
+    if not isinstance(d, dict):
+        raise TypeError(f"data is a {type(d).__name__}, not a mapping")
     if event.event == "job.started":
         return f"job {event.job}: pipeline {' → '.join(d['pipeline'])} ({d['kind']}: {d['reason']})"
     if event.event == "job.sandbox":
@@ -127,9 +152,9 @@ def outcome_reason(report: JobReport) -> str:
     """Why the job ended as it did, in the words of the evidence."""
     failed = [r for r in report.checks if not r.passed]
     if report.outcome == "budget_exceeded":
-        return f"stopped: {report.stopped}"
+        return f"stopped: {error_line(report.stopped or '')}"
     if report.outcome == "error":
-        return f"stopped by an error: {report.stopped}"
+        return f"stopped by an error: {error_line(report.stopped or '')}"
     if failed:
         head = f"{len(failed)} of {len(report.checks)} checks failed"
         return f"{head}: {failed[0].check}" + (" (AA escalated)" if report.decision ==
@@ -231,12 +256,12 @@ def event_line(record: dict[str, Any]) -> str:
         else "--:--:--"
     name, data = str(record.get("event", "?")), record.get("data") or {}
     text: str | None = None
-    try:
+    try:  # a record of another shape (data not a mapping) is not a JobEvent: shown as is
         text = progress_line(JobEvent(job=str(record.get("job", "")), event=name, data=data))
     except (KeyError, TypeError, ValueError):
         text = None
     if text is None:
-        text = _daemon_event(name, data)
+        text = _daemon_event(name, data if isinstance(data, dict) else {"data": data})
     return terminal_safe(f"{stamp} {text}")
 
 

@@ -35,7 +35,9 @@ from gliding.config.yamlsource import (
     describe_validation_error,
     error_message,
     format_key_path,
+    line_for,
     load_yaml_with_lines,
+    nul_byte_at,
     read_yaml_text,
     shown,
 )
@@ -156,6 +158,10 @@ def _read_config_file(path: Path) -> dict[str, Any]:
             f"not a {type(data).__name__}",
             hint=_HINT,
         )
+    nul = nul_byte_at(data)  # no path, command or model string can hold one
+    if nul is not None:
+        raise ConfigError(f"{source}:{line_for(nul, lines)}: {format_key_path(nul)}: a NUL "
+                          "byte (\\0) is not allowed in a config file", hint=_HINT)
     _null_sections_are_empty(data, Settings)
     if "data_dir" in data:
         data["data_dir"] = _anchor(("data_dir",), data["data_dir"], path.parent)

@@ -197,6 +197,8 @@ class ToolSettings(_Section):
     # host unconfined (YAML's bare off is accepted)
     sandbox: Literal["bwrap", "off"] = "bwrap"
     network: bool = False  # sandboxed commands may use the network (a task may allow it too)
+    # true: a job's workspace may lie in a dot-directory of a home (~/.config/x, ~/.aws/x)
+    allow_home_dot_workspaces: bool = False
     limits: LimitSettings = LimitSettings()
     read_page_lines: int = Field(200, ge=1, le=1_000_000)  # lines per read_file page
     read_page_chars: int = Field(1 << 20, ge=1024, le=64 << 20)  # a read_file page, at most
@@ -341,6 +343,10 @@ class MCPServerSettings(_Section):
     roles: tuple[Literal["PA", "DA", "CA", "AA"], ...] = ("DA",)  # the roles given its tools
     on_demand: bool = False  # true: those roles load it with tool_search instead
     timeout_s: float | None = Field(None, gt=0, le=3600)  # one call; None: mcp.timeout_s
+    # what it may add to a prompt: tools, and their schemas' tokens (~4 characters each);
+    # further tools it lists are refused, with a warning (docs/mcp.md)
+    max_tools: int = Field(100, ge=1, le=1000)
+    max_schema_tokens: int = Field(20_000, ge=500, le=1_000_000)
 
     @field_validator("url")
     @classmethod
@@ -386,6 +392,17 @@ class BusSettings(_Section):
     keepalive_s: int = Field(30, ge=5, le=3600)  # MQTT keep-alive of every connection
     reconnect_max_s: float = Field(10.0, gt=0, le=600)  # longest wait between reconnect tries
     max_buffer: int = Field(1000, ge=1, le=1_000_000)  # deliveries one subscription holds
+    # sign every message and check every message received (bus/auth.py); false: plain messages,
+    # which anything that can publish on the broker can forge
+    auth: bool = True
+    # the bus key: the root key (a daemon, `gliding run`; made if missing) or a worker's key
+    # (`gliding worker init NAME`); None: <data_dir>/bus.key
+    key_file: Path | None = None
+    # a larger message is neither sent nor decoded; the broker is told the limit too
+    max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=268_435_455 - 1024)
+    # the broker's user and the file holding its password (`gliding broker init`); None: none
+    username: str | None = Field(None, min_length=1, max_length=256)
+    password_file: Path | None = None
 
 
 class DaemonSettings(_Section):

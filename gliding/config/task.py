@@ -19,6 +19,7 @@ A task file says what to achieve and within which limits::
       - command: "test -s hello.txt"      # or {run: "...", timeout_s: 30}
     venv: /srv/venvs/app        # its commands' Python; mounts: [...] more read-only paths;
                                 # both only where the host's tools.toolchain.allow admits them
+    git_writes: false           # true: its tools may change the workspace's .git directory
 
 ``load_task`` reads and validates one; the pydantic ``*Spec`` models are the file's schema (the
 edge), ``Task`` is the frozen value the rest of Gliding uses. Every problem is a
@@ -28,6 +29,7 @@ anything, not even the workspace. The format is documented in docs/config.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -52,7 +54,10 @@ from gliding.config.yamlsource import (
     USER_FILE_MAX_BYTES,
     LineMap,
     describe_validation_error,
+    format_key_path,
+    line_for,
     load_yaml_with_lines,
+    nul_byte_at,
     read_yaml_text,
     shown,
 )
@@ -93,6 +98,9 @@ class Task:
     # a host mounts them only where its tools.toolchain.allow admits them (docs/tools.md)
     venv: Path | None = None
     mounts: tuple[Path, ...] = ()
+    # its tools may change the git directory the workspace has when the job starts (hooks and
+    # config run on the host at the user's next git command); else it is read-only to them
+    git_writes: bool = False
 
 
 def load_task(path: Path) -> Task:
@@ -101,7 +109,8 @@ def load_task(path: Path) -> Task:
     Raises:
         TaskFileError: the file is missing, a directory, larger than 256 KiB, not UTF-8,
             empty, not YAML, not a mapping, or does not validate; or its workspace exists and
-            is not a directory, or is a directory no job may have (``workspace_refusal``).
+            is not a directory, or is a directory no job may have (``workspace_refusal``;
+            a home's dot-directories are refused when the job starts, by the host's setting).
             The message names the file, the field and its line.
     """
     path = Path(path)
@@ -136,6 +145,7 @@ def load_task_text(text: str, source: str, base_dir: Path) -> Task:
             f"(goal, workspace, ...), not a {_kind(data)}",
             hint=_HINT,
         )
+    _refuse_foreign(data, source, lines)
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
@@ -147,8 +157,8 @@ def load_task_text(text: str, source: str, base_dir: Path) -> Task:
         workspace = (path.parent / Path(spec.workspace).expanduser()).resolve()
         existing = next(p for p in (workspace, *workspace.parents) if p.exists())
         is_file = not existing.is_dir()
-    except (OSError, RuntimeError) as exc:  # no such ~user, a symlink loop, no permission
-        raise TaskFileError(
+    except (OSError, RuntimeError, ValueError) as exc:  # no such ~user, a symlink loop, no
+        raise TaskFileError(                                # permission, a NUL in base_dir
             f"{source}:{line}: workspace: cannot use {shown(spec.workspace)}: {exc}"
         ) from exc
     if is_file:
@@ -156,7 +166,9 @@ def load_task_text(text: str, source: str, base_dir: Path) -> Task:
             f"{source}:{line}: workspace: {existing} exists and is not a directory",
             hint="point workspace at a directory, or at a path that does not exist yet",
         )
-    refused = workspace_refusal(workspace)
+    # a home's dot-directories: the host's tools.allow_home_dot_workspaces decides, when the
+    # job is queued or starts (compose.refuse_workspace), before anything is written
+    refused = workspace_refusal(workspace, allow_home_dot_dirs=True)
     if refused:
         raise TaskFileError(f"{source}:{line}: workspace: {shown(spec.workspace)} is {workspace}"
                             f", {refused}", hint=WORKSPACE_HINT)
@@ -179,7 +191,27 @@ def load_task_text(text: str, source: str, base_dir: Path) -> Task:
         tool_groups=dict(spec.tool_groups),
         venv=venv,
         mounts=mounts,
+        git_writes=spec.git_writes,
     )
+
+
+def _refuse_foreign(data: dict[Any, Any], source: str, lines: LineMap) -> None:
+    """Refuse a mapping that is no task file (none of its keys is a task field) without
+    quoting it: a path given to a daemon or an MCP server may name any file it can read
+    (``/etc/shadow``), and its content must not come back in the error. Refuse a NUL byte
+    (no path or command can hold one).
+
+    Raises:
+        TaskFileError: naming the line (and, for a NUL byte, the field), never the content.
+    """
+    if not any(isinstance(key, str) and key in TaskSpec.model_fields for key in data):
+        raise TaskFileError(f"{source}:{lines[()]}: not a task file: none of its keys is a "
+                            "field of one (goal, workspace, model, pipeline, budgets, checks, "
+                            "...)", hint=_HINT)
+    nul = nul_byte_at(data)
+    if nul is not None:
+        raise TaskFileError(f"{source}:{line_for(nul, lines)}: {format_key_path(nul)}: a NUL "
+                            "byte (\\0) is not allowed in a task file", hint=_HINT)
 
 
 def _toolchain_paths(spec: TaskSpec, base: Path, source: str, lines: LineMap
@@ -190,7 +222,7 @@ def _toolchain_paths(spec: TaskSpec, base: Path, source: str, lines: LineMap
     def absolute(key: tuple[Any, ...], given: str) -> Path:
         try:
             return Path(os.path.normpath(base.resolve() / Path(given).expanduser()))
-        except (OSError, RuntimeError) as exc:  # no such ~user
+        except (OSError, RuntimeError, ValueError) as exc:  # no such ~user, a NUL byte
             where = ".".join(str(k) if isinstance(k, str) else f"[{k}]" for k in key)
             raise TaskFileError(f"{source}:{lines.get(key, lines[()])}: "
                                 f"{where.replace('.[', '[')}: cannot use {shown(given)}: "
@@ -204,6 +236,8 @@ def _toolchain_paths(spec: TaskSpec, base: Path, source: str, lines: LineMap
 
 WORKSPACE_HINT = ("give the job a directory of its own, e.g. workspace: workspace "
                   "(next to the task file)")
+HOME_DOT_HINT = (f"{WORKSPACE_HINT}; a host that means it sets "
+                 "tools.allow_home_dot_workspaces: true (docs/config.md)")
 
 SYSTEM_TREES = tuple(Path(p) for p in (
     "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
@@ -217,16 +251,24 @@ SHARED_DIRS = tuple(Path(p) for p in (
 """Directories that hold everyone's files: a workspace may lie below one, not be one."""
 
 
+HOMES_BELOW = (Path("/home"), Path("/Users"))
+"""Directories whose children are home directories (``/home/<user>``)."""
+
+
 def workspace_refusal(workspace: Path, *, home: Path | None = None,
-                      data_dir: Path | None = None) -> str | None:
+                      data_dir: Path | None = None,
+                      allow_home_dot_dirs: bool = False) -> str | None:
     """Why no job may work in ``workspace`` (absolute and resolved, symlinks followed), or None.
 
     The agents (and their commands, read-write) may change or delete anything in their
     workspace, so it may not be ``/``, a system directory or a directory inside one
     (``SYSTEM_TREES``), a directory everyone's files are in (``SHARED_DIRS``), the home
-    directory (``home``, default: the user's, resolved) or a directory holding it, nor the
-    data directory or a directory inside it (the archives; given by the job's runner). A data
-    directory inside the workspace is allowed: the sandbox hides it from commands.
+    directory (``home``, default: ``$HOME`` and the password database's, resolved) or a
+    directory holding it, nor the data directory or a directory inside it (the archives; given
+    by the job's runner). Unless ``allow_home_dot_dirs`` (``tools.allow_home_dot_workspaces``)
+    it may not lie in a top-level dot-entry of a home directory either (``home_dot_dir``:
+    ``~/.ssh``, ``~/.config``, ``~/.aws``, ...: credentials and configuration). A data
+    directory inside the workspace is allowed: the sandbox and the file tools keep it out.
     """
     if workspace == Path(workspace.anchor):
         return "the root directory"
@@ -236,19 +278,49 @@ def workspace_refusal(workspace: Path, *, home: Path | None = None,
                 f"inside the system directory {tree}")
     if workspace in SHARED_DIRS:
         return "a directory shared by everyone's files"
-    if home is None:
-        try:
-            home = Path.home().resolve()
-        except (RuntimeError, OSError):  # no HOME and no passwd entry: nothing to protect
-            home = None
-    if home is not None and home != Path(home.anchor):
-        if workspace == home:
+    homes = (home,) if home is not None else _user_homes()
+    for own in homes:
+        if own == Path(own.anchor):
+            continue
+        if workspace == own:
             return "the home directory"
-        if home.is_relative_to(workspace):
-            return f"a directory that holds the home directory {home}"
+        if own.is_relative_to(workspace):
+            return f"a directory that holds the home directory {own}"
     if data_dir is not None and (workspace == data_dir or workspace.is_relative_to(data_dir)):
         return f"inside the data directory {data_dir}, where the job archives are"
+    dot = None if allow_home_dot_dirs else home_dot_dir(workspace, homes)
+    if dot is not None:
+        return (f"inside {dot}, a dot-directory of a home directory (credentials and "
+                "configuration live there)")
     return None
+
+
+def home_dot_dir(path: Path, homes: tuple[Path, ...]) -> Path | None:
+    """The top-level dot-entry of a home directory that ``path`` is or lies in (``~/.ssh``,
+    ``/home/bob/.config``), or None. Homes are ``homes``, ``/root`` and the child of
+    ``/home`` or ``/Users`` that ``path`` lies in."""
+    found = [*homes, Path("/root")]
+    for parent in HOMES_BELOW:
+        if path.is_relative_to(parent) and len(path.parts) > len(parent.parts):
+            found.append(parent / path.parts[len(parent.parts)])
+    for home in found:
+        if home != Path(home.anchor) and path.is_relative_to(home) and path != home:
+            top = path.parts[len(home.parts)]
+            if top.startswith("."):
+                return home / top
+    return None
+
+
+def _user_homes() -> tuple[Path, ...]:
+    """This user's home directories, resolved: ``$HOME`` and the password database's."""
+    found: list[Path] = []
+    with contextlib.suppress(RuntimeError, OSError):  # no HOME and no passwd entry
+        found.append(Path.home().resolve())
+    with contextlib.suppress(ImportError, KeyError, OSError, RuntimeError):  # none for the uid
+        import pwd  # noqa: PLC0415 - POSIX only
+
+        found.append(Path(pwd.getpwuid(os.getuid()).pw_dir).resolve())
+    return tuple(dict.fromkeys(h for h in found if h.is_absolute()))
 
 
 def _plain(value: int | float | BaseModel | None) -> Any:
@@ -272,6 +344,7 @@ def task_record(task: Task) -> dict[str, Any]:
         "tool_groups": {role: list(groups) for role, groups in task.tool_groups.items()},
         "venv": None if task.venv is None else str(task.venv),
         "mounts": [str(m) for m in task.mounts],
+        "git_writes": task.git_writes,
     }
 
 
@@ -294,7 +367,8 @@ def task_from_record(data: dict[str, Any]) -> Task:
                          for role, groups in (data.get("tool_groups") or {}).items()},
             venv=_record_path("venv", data["venv"]) if data.get("venv") else None,
             mounts=tuple(_record_path(f"mounts[{i}]", m)
-                         for i, m in enumerate(data.get("mounts") or ())))
+                         for i, m in enumerate(data.get("mounts") or ())),
+            git_writes=data.get("git_writes", False) is True)
     except (KeyError, TypeError, ValueError) as exc:  # ValidationError is a ValueError
         raise TaskFileError(f"the job's archived task record is damaged: {exc}") from exc
 
@@ -559,6 +633,8 @@ class TaskSpec(_Spec):
     # mounts them only where its tools.toolchain.allow admits them
     venv: NonBlank | None = None
     mounts: tuple[NonBlank, ...] = ()
+    # its tools may change the workspace's .git directory (else read-only: docs/tools.md)
+    git_writes: bool = False
 
     @field_validator("mounts", mode="before")
     @classmethod

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import reprlib
+import stat
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -71,25 +72,40 @@ def read_yaml_text(path: Path, *, what: str, error: ErrorFactory,
                    max_bytes: int = MAX_YAML_BYTES) -> str:
     """Return the text of ``path``; ``what`` ("task file", "config file") names it in errors.
 
-    At most ``max_bytes`` are read: a larger file (or an endless one, such as a FIFO or
-    ``/dev/zero``) is refused without reading the rest.
+    Only a regular file is read: a FIFO, socket or device is refused before a byte is read
+    (it is opened non-blocking, so a FIFO without a writer cannot hold the thread). At most
+    ``max_bytes`` are read: a larger file is refused without reading the rest.
 
     Raises:
-        the ``error`` class given: the file is missing, is a directory, cannot be read, is
-        larger than ``max_bytes``, or is not UTF-8 text (the message gives the line of the
-        first bad byte).
+        the ``error`` class given: the path has a NUL byte, the file is missing, is a
+        directory or not a regular file, cannot be read, is larger than ``max_bytes``, or is
+        not UTF-8 text (the message gives the line of the first bad byte).
     """
     source = str(path)
     try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            raw = handle.read(max_bytes + 1) if size <= max_bytes else b""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except ValueError as exc:  # an embedded NUL byte
+        raise error(f"{shown(source, 200)} is not a file name: it has a NUL byte") from exc
     except FileNotFoundError as exc:
         raise error(f"{source}: {what} not found") from exc
     except IsADirectoryError as exc:
         raise error(f"{source}: is a directory, not a {what}") from exc
     except OSError as exc:
         raise error(f"{source}: cannot read the {what}: {exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise error(f"{source}: is a directory, not a {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{source}: is {_file_kind(st.st_mode)}, not a regular file: "
+                        f"not a {what}")
+        size = st.st_size
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            raw = handle.read(max_bytes + 1) if size <= max_bytes else b""
+    except OSError as exc:
+        raise error(f"{source}: cannot read the {what}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
     if size > max_bytes or len(raw) > max_bytes:
         found = f"{size} bytes" if size > max_bytes else f"more than {max_bytes} bytes"
         raise error(
@@ -104,6 +120,14 @@ def read_yaml_text(path: Path, *, what: str, error: ErrorFactory,
         raise error(
             f"{source}:{line}: the {what} is not UTF-8 text (byte 0x{bad} at offset {exc.start})"
         ) from exc
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
 
 
 def _size(n: int) -> str:
@@ -157,6 +181,27 @@ def load_yaml_with_lines(
     except RecursionError as exc:
         raise error(f"{source}: invalid YAML: nested too deeply") from exc
     return data, lines
+
+
+def nul_byte_at(data: Any) -> KeyPath | None:
+    """Where the first string of ``data`` (a value, or a key: then the path of its mapping)
+    holds a NUL byte, or None. No path, command or name can hold one: the operating system
+    cuts a path there, and Python refuses it with a ValueError far from the file."""
+    stack: list[tuple[KeyPath, Any]] = [((), data)]
+    seen: set[int] = set()
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return path
+        elif isinstance(value, dict | list) and id(value) not in seen:
+            seen.add(id(value))  # an alias stands for the same object: walked once
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str) and "\x00" in key:
+                    return path
+                stack.append(((*path, key), item))
+    return None
 
 
 def format_key_path(path: Iterable[Any]) -> str:

@@ -6,8 +6,10 @@
     [working set: predicted earlier lines, this prompt only, when prefetch is on]
 
 Tool results over ``threshold`` bytes enter the live list already routed (summary + IRI, see
-``router``). Between compactions the prompt only grows by appending, so a provider's prompt
-cache keeps hitting. When the prompt passes the high-water mark (or ``max_messages``), the
+``router``); so do tool calls whose arguments pass ``argument_cap`` (a stub + IRI instead of
+them: the agent loop refuses such a call and archives its arguments first). Between
+compactions the prompt only grows by appending, so a provider's prompt cache keeps hitting.
+When the prompt passes the high-water mark (or ``max_messages``), the
 oldest live messages — never fewer than ``keep_recent`` kept, never a tool result separated
 from the call before it — move into the L1 chain until the prompt is under the low-water mark;
 each becomes one line (``gist``), the chain evicts by score to its budget, and the identifiers
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from gliding.config.settings import ContextSettings
 from gliding.context.facts import FactBook
 from gliding.context.gist import action_line, gist
-from gliding.context.router import route_result
+from gliding.context.router import route_call, route_result
 from gliding.context.tokens import TokenCounter
 from gliding.core.identifiers import identifiers
 from gliding.core.messages import Message
@@ -33,6 +35,8 @@ from gliding.memory.prefetch.predictor import Predictor, PrefetchParams, Warm
 from gliding.memory.summaries import ChainEntry, SummaryChain, Weights, base_of, relative
 
 MESSAGE_FLOOR = 16  # tokens a cut message keeps at least (its framing and the cut notice)
+ARGUMENT_FLOOR_BYTES = 16 << 10  # a tool call's arguments may always have this much
+MAX_ARGUMENT_BYTES = 1 << 20  # ... and never more, however large the window
 WORKING_SET = "(working set)"  # the tool label of a live prefetch block
 READ_BACK_TOOLS = frozenset({"read_result", "grep_result"})  # already archived: never re-routed
 # their answer is what the model needs whole (the schemas of the tools tool_search loaded)
@@ -50,6 +54,13 @@ class _Live:
     whole: bool = True  # the prompt holds the source in full (not routed, not cut)
     ids: frozenset[str] = frozenset()  # identifiers the prompt shows of this message
     summary: str | None = None  # the model's own one-line summary of this turn
+
+
+def argument_cap(settings: ContextSettings) -> int:
+    """Bytes of JSON one tool call's arguments may have: about half of what the prompt window
+    (``window.max_tokens``, some 4 bytes a token) holds, from 16 KiB to 1 MiB. A larger
+    argument could not stay in the prompt, and would be re-sent by every later one."""
+    return min(MAX_ARGUMENT_BYTES, max(ARGUMENT_FLOOR_BYTES, 2 * settings.window.max_tokens))
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,7 @@ class ContextEngine:
         """Record a message; a tool result over the threshold is replaced by summary + IRI.
         ``summary`` is the model's own line for this turn: its L1 line when it is compacted."""
         self._turn += 1
+        message = self._bounded_calls(message, iri)
         self._baseline_live += self.counter.message(message)
         source = message.content
         said: list[str] = []
@@ -167,6 +179,23 @@ class ContextEngine:
                                message.content == source, shown,
                                " ".join(summary.split()) if summary else None))
         return message
+
+    @property
+    def argument_cap(self) -> int:
+        """Bytes of JSON one tool call's arguments may have in this session's prompts."""
+        return argument_cap(self.settings)
+
+    def _bounded_calls(self, message: Message, iri: str) -> Message:
+        """``message`` with every call whose arguments pass ``argument_cap`` stubbed (the
+        full reply stays in L0 under ``iri``): a backstop, the loop stubs them first."""
+        if not message.tool_calls:
+            return message
+        calls = tuple(route_call(c, iri=iri, cap=self.argument_cap)[0]
+                      for c in message.tool_calls)
+        if calls == message.tool_calls:
+            return message
+        return Message(message.role, message.content, calls, message.tool_call_id,
+                       message.name)
 
     def _cut(self, message: Message, iri: str, cap: int) -> tuple[Message, int]:
         """The message with the middle of its content cut until it costs at most ``cap``

@@ -13,6 +13,10 @@ and returns the text the prompt gets. Summaries by kind:
 Every summary ends with the identifiers of the output that it has not shown yet (paths, dotted
 and snake_case names, numbers of 3+ digits), as many as fit: those are what a later step tends
 to need verbatim.
+
+A tool call's arguments are routed too (``route_call``): past a cap, the call the prompt keeps
+has a short stub instead of them, pointing at their archived text, so one reply with a huge
+argument is not re-sent in every later prompt.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gliding.core.identifiers import identifiers
+from gliding.core.messages import ToolCall
 from gliding.core.text import clip
 
 LINE_CHARS = 160  # one line of a summary
@@ -71,6 +76,23 @@ def route_result(output: str, *, iri: str, tool: str | None, threshold: int,
     body = _SUMMARISERS[kind](output, lines)
     text = _fit(header, body, output, preview_size)
     return RoutedResult(_cut_bytes(text, preview_size), True, kind)
+
+
+def arguments_size(call: ToolCall) -> int:
+    """Bytes of the call's arguments as JSON (UTF-8)."""
+    return len(call.arguments_json().encode("utf-8", errors="surrogatepass"))
+
+
+def route_call(call: ToolCall, *, iri: str, cap: int) -> tuple[ToolCall, int | None]:
+    """``(call, None)`` when its arguments' JSON is at most ``cap`` bytes; else the call with
+    its arguments replaced by a stub that names ``iri`` (where their full text is archived)
+    and their size, and that size."""
+    size = arguments_size(call)
+    if size <= cap:
+        return call, None
+    stub = {"arguments_archived": iri, "bytes": size,
+            "note": f"over the {cap} bytes a call may have: not run; read_result(iri) has them"}
+    return ToolCall(call.id, call.name, stub), size
 
 
 def classify(output: str, tool: str | None) -> str:

@@ -17,10 +17,12 @@
 Every endpoint but health wants ``Authorization: Bearer <token>``, the token of
 ``<data_dir>/daemon.token`` (compared in constant time); without it: 401. Every error is JSON
 ``{"error": {"code", "message", "hint"}}`` from a GlidingError (``status_of`` maps its class to
-the status). A request body may have MAX_BODY_BYTES. ``serve`` binds loopback unless
-``daemon.host`` says otherwise (then it warns), also ``daemon.socket`` (mode 0600), writes
-``<data_dir>/daemon.json`` once it listens and removes it when it stops; one daemon a data
-directory (``DaemonLock``).
+the status); a bug is one bounded log line (no frame's locals) and a 500. A request body may
+have MAX_BODY_BYTES, an offset or event number MAX_OFFSET; a request over TCP whose ``Host``
+is not this daemon's is refused (``hosts.HostCheck``: DNS rebinding). ``serve`` binds
+loopback unless ``daemon.host`` says otherwise (then it warns), also ``daemon.socket`` (mode
+0600), writes ``<data_dir>/daemon.json`` once it listens and removes it when it stops; one
+daemon a data directory (``DaemonLock``).
 """
 
 from __future__ import annotations
@@ -52,10 +54,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gliding import __version__
 from gliding.config.settings import Settings
 from gliding.config.yamlsource import USER_FILE_MAX_BYTES
+from gliding.core.text import error_line, traceback_text
 from gliding.daemon import queue as q
+from gliding.daemon.hosts import HostCheck
 from gliding.daemon.jobs import DaemonLock, JobBusy, stop_error
 from gliding.daemon.queue import JobStateError
-from gliding.daemon.service import DROPPED, JobService, ServiceStopping, job_record
+from gliding.daemon.service import (
+    DROPPED,
+    MAX_OFFSET,
+    JobService,
+    ServiceStopping,
+    job_record,
+)
 from gliding.errors import GlidingError, NotFoundError, SandboxError, UsageError
 from gliding.tools.sandbox import Sandbox
 
@@ -80,7 +90,7 @@ class BodyTooLarge(UsageError):
 
 
 def status_of(error: GlidingError) -> int:
-    """The HTTP status of ``error``."""
+    """The HTTP status of ``error`` (a UsageError not named here: 400)."""
     if isinstance(error, AuthError):
         return 401
     if isinstance(error, BodyTooLarge):
@@ -247,10 +257,15 @@ def build_app(service: JobService, token: str) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """A body that does not fit the schema: 422; a bad query, path or header argument (an
+        offset out of range): 400, as any other bad argument."""
         first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return error_response(UsageError(f"{where or 'request'}: {first.get('msg', 'invalid')}",
-                                         hint="see /v1/openapi.json"), 422)
+        loc = tuple(first.get("loc", ()))
+        where = ".".join(str(p)[:100] for p in loc if p != "body")
+        status = 422 if not loc or loc[0] == "body" else 400
+        message = str(first.get("msg", "invalid"))[:300]
+        return error_response(UsageError(f"{where or 'request'}: {message}",
+                                         hint="see /v1/openapi.json"), status)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -262,7 +277,11 @@ def build_app(service: JobService, token: str) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
-        log.error("daemon.api.crashed", path=request.url.path, exc_info=exc)
+        # one bounded line, whatever the logging setup: never the frames' locals, which for
+        # one bad request took seconds to render on this loop and thousands of lines
+        log.error("daemon.api.crashed", path=request.url.path[:200],
+                  error=error_line(f"{type(exc).__name__}: {exc}"),
+                  exception=traceback_text(exc))
         return error_response(GlidingError(f"internal error: {type(exc).__name__}",
                                            hint="this is a bug in Gliding; the daemon's log "
                                                 "has the traceback"), 500)
@@ -280,7 +299,7 @@ def build_app(service: JobService, token: str) -> FastAPI:
 
     @v1.get("/jobs", response_model=JobList, summary="The queue, newest first")
     async def jobs(limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 50,
-                   offset: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
+                   offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0) -> dict[str, Any]:
         total, found = await service.jobs(limit, offset)
         return {"total": total, "offset": offset, "jobs": [job_record(e) for e in found]}
 
@@ -295,11 +314,15 @@ def build_app(service: JobService, token: str) -> FastAPI:
                  "text/event-stream; each event's data is an EventOut; a stream that fell "
                  "behind ends with an event 'dropped' whose data has 'after')"),
                  "content": {"text/event-stream": {"schema": EventOut.model_json_schema()}}}}})
-    async def events(job: str, after: Annotated[int, Query(ge=0)] = 0, follow: bool = True,
+    async def events(job: str, after: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+                     follow: bool = True,
                      last_event_id: Annotated[str | None, Header()] = None
                      ) -> EventSourceResponse:
         await service.get(job)  # 404 before the stream starts
-        if last_event_id and last_event_id.isdigit():
+        if last_event_id and last_event_id.isascii() and last_event_id.isdigit():
+            if len(last_event_id) > 16 or int(last_event_id) > MAX_OFFSET:
+                raise UsageError("Last-Event-ID is not an event number of this daemon",
+                                 hint="send the id of the last event received")
             after = max(after, int(last_event_id))
         return EventSourceResponse(_sse(service, job, after, follow), ping=PING_S)
 
@@ -315,7 +338,7 @@ def build_app(service: JobService, token: str) -> FastAPI:
 
     @v1.get("/iri", response_model=Page, summary="Read an archived item back")
     async def read_iri(iri: Annotated[str, Query(max_length=2000)],
-                       offset: Annotated[int, Query(ge=0)] = 0,
+                       offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
                        limit: Annotated[int, Query(ge=1, le=MAX_PAGE_BYTES)] = PAGE_BYTES
                        ) -> dict[str, Any]:
         return await service.read(iri, offset, limit)
@@ -326,7 +349,26 @@ def build_app(service: JobService, token: str) -> FastAPI:
 
     app.include_router(v1)
     app.add_middleware(_BodyLimit)
+    app.add_middleware(HostCheck, configured=service.settings.daemon.host,
+                       answer=error_response)
     return app
+
+
+def served_app(service: JobService, token: str) -> ASGIApp:
+    """The app ``serve`` runs: ``build_app`` with the errors it answered kept from the server.
+    Starlette re-raises every error it answered with a 500 (``crashed`` logged it as one
+    bounded line), and uvicorn would log it again, as a whole traceback with the whole
+    message (one provider error carried 806 KB)."""
+    app = build_app(service, token)
+
+    async def answered(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await app(scope, receive, send)
+        except Exception:
+            if scope["type"] != "http":
+                raise
+
+    return answered
 
 
 async def _sse(service: JobService, job: str, after: int, follow: bool
@@ -471,7 +513,7 @@ async def serve_async(settings: Settings, *, announce: Callable[[dict[str, Any]]
                     yield  # the signals stop the service first (below)
 
             server = Server(uvicorn.Config(
-                build_app(service, token), log_config=None, access_log=False, lifespan="off",
+                served_app(service, token), log_config=None, access_log=False, lifespan="off",
                 log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
 
             async def stop_on_signal() -> None:

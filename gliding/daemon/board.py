@@ -148,8 +148,9 @@ async def job_board(bus: Bus, board: Blackboard, archive: Archive, job: str,
     store = JobNodeStore(board, archive, job)
     directory = Directory(bus, store, job, lease_s=lease, grace_s=lease if resumed else 0.0)
     nonce = secrets.token_hex(4)
-    writer = Cache(bus, job, f"ingest.{nonce}", lease_s=lease, timeout_s=3 * lease)
-    reader = Cache(bus, job, f"agents.{nonce}", lease_s=lease, timeout_s=2 * lease, tries=1)
+    # "@": no worker's name (bus/auth.py), so no worker can speak for the job's own caches
+    writer = Cache(bus, job, f"@ingest.{nonce}", lease_s=lease, timeout_s=3 * lease)
+    reader = Cache(bus, job, f"@agents.{nonce}", lease_s=lease, timeout_s=2 * lease, tries=1)
     async with anyio.create_task_group() as tg:
         await tg.start(directory.serve)
         await tg.start(writer.serve)

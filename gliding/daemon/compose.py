@@ -6,7 +6,7 @@ transition (turns and tool results already archived are replayed, not paid or ru
 Both use the process's ``Runtime`` when given one (a daemon running many jobs), else open one
 for the job.
 
-Before anything of a job is written its workspace is checked (``workspace_refusal``, and that
+Before anything of a job is written its workspace is checked (``refuse_workspace``, and that
 it can be written) and locked (``WorkspaceLock``). Whatever stops a job from outside its agents
 comes out as one GlidingError with the stop recorded (``jobs.stop_error``, ``record_stop``).
 The files DA wrote are archived at the end without following a symlink and within
@@ -40,6 +40,7 @@ from gliding.bus.messages import Assignment, CheckReportMsg, JobEvent
 from gliding.bus.port import Bus
 from gliding.config.settings import Settings
 from gliding.config.task import (
+    HOME_DOT_HINT,
     WORKSPACE_HINT,
     Task,
     task_from_record,
@@ -71,6 +72,7 @@ from gliding.scheduler.supervisor import Command, SupervisorState, Verify
 from gliding.tools.base import ToolContext, ToolGroupManager
 from gliding.tools.checks import ChecksGroup
 from gliding.tools.groups import GROUP_NAMES, job_groups, known_group
+from gliding.tools.protected import git_paths
 from gliding.tools.sandbox import Sandbox
 from gliding.tools.snapshot import MAX_FILES, Snapshot, snapshot
 from gliding.tools.snapshot import mark as workspace_mark
@@ -128,10 +130,15 @@ def backend(model: str, settings: Settings) -> LLM:
     or a litellm string (with ``llm.api_base`` and the key in ``llm.api_key_env``).
 
     Raises:
-        UsageError: ``scripted`` without a file, or a replies file that cannot be used;
-            ``llm.api_key_env`` names a variable that is not set.
+        UsageError: a control character (a NUL byte) in ``model``; ``scripted`` without a
+            file, or a replies file that cannot be used; ``llm.api_key_env`` names a variable
+            that is not set.
         LLMError: the local model file is missing.
     """
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7f for ch in model):
+        raise UsageError(f"the model {model[:80]!r} has a control character",
+                         hint="local, local:/path.gguf, scripted:replies.yaml or a litellm "
+                              "string such as openai/gpt-4o-mini")
     kind = backend_kind(model)
     if kind == "local":
         from gliding.llm.local import LocalLLM
@@ -161,6 +168,26 @@ def backend(model: str, settings: Settings) -> LLM:
                                       for role, own in llm_settings.roles.items()
                                       if own.max_tokens is not None},
                      price=settings_price(model, llm_settings.prices))
+
+
+def check_model_file(model: str) -> None:
+    """Refuse a ``local:<path>`` model whose path is no GGUF model file, before a job is
+    queued (a submission to a daemon or an MCP server is refused now, not failed later).
+    ``gliding run`` leaves the check to the job's first call.
+
+    Raises:
+        UsageError: missing, not a regular file, or without the GGUF header; the message
+            never quotes the file.
+    """
+    if backend_kind(model) != "local" or ":" not in model:
+        return
+    from gliding.llm.local import gguf_refusal
+
+    path = Path(model.split(":", 1)[1]).expanduser()
+    refused = gguf_refusal(path)
+    if refused is not None:
+        raise UsageError(f"the model {model[:200]!r} cannot be used: {path} {refused}",
+                         hint="local:/path/to/model.gguf, or local for the packaged model")
 
 
 def check_cost_budget(task: Task, settings: Settings, model: str | None = None) -> None:
@@ -198,7 +225,7 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
     Raises:
         UsageError: the model string or replies file is unusable, or the workspace cannot be
             created or written. TaskFileError: the workspace is one no job may have
-            (``workspace_refusal``), or the task has a cost budget and a model without a price
+            (``refuse_workspace``), or the task has a cost budget and a model without a price
             (``check_cost_budget``). WorkspaceBusy: another job of the data directory works in
             it. In these cases nothing of the job is written. ArchiveError: the archive cannot
             be written, the disk is full (the job stops as ``interrupted``; ``gliding resume``
@@ -302,15 +329,10 @@ def _check_workspace(task: Task, settings: Settings, *, create: bool) -> None:
     ``create``), before anything of the job is written.
 
     Raises:
-        TaskFileError: ``workspace_refusal`` names a reason (symlinks followed now, not only
-            when the task file was read). UsageError: it (or, not there yet, the directory it
-            would be made in) is not writable.
+        TaskFileError: no job may have it on this host (``refuse_workspace``). UsageError:
+            it (or, not there yet, the directory it would be made in) is not writable.
     """
-    real = Path(os.path.realpath(task.workspace))
-    refused = workspace_refusal(real, data_dir=Path(os.path.realpath(settings.data_dir)))
-    if refused:
-        raise TaskFileError(f"{task.source}: workspace: {task.workspace} is {real}, {refused}",
-                            hint=WORKSPACE_HINT)
+    real = refuse_workspace(task, settings)
     existing = next((p for p in (real, *real.parents) if p.exists()), None)
     if existing is None or (existing != real and not create):
         return  # resume: a workspace deleted since is made again by the first tool that writes
@@ -320,6 +342,28 @@ def _check_workspace(task: Task, settings: Settings, *, create: bool) -> None:
         message = (f"the workspace {real} is not writable" if existing == real else
                    f"cannot create workspace {real}: {existing} is not writable")
         raise UsageError(message, hint="give the job a workspace it can write to")
+
+
+def refuse_workspace(task: Task, settings: Settings) -> Path:
+    """The real path of the task's workspace, unless no job may have it on this host
+    (``workspace_refusal``: symlinks followed now, not only when the task file was read; a
+    home's dot-directories only where ``tools.allow_home_dot_workspaces`` allows them). Reads
+    the file system, creates nothing.
+
+    Raises:
+        TaskFileError: the reason, naming the task file, with what to do instead.
+    """
+    real = Path(os.path.realpath(task.workspace))
+    data_dir = Path(os.path.realpath(settings.data_dir))
+    refused = workspace_refusal(real, data_dir=data_dir, allow_home_dot_dirs=True)
+    hint = WORKSPACE_HINT
+    if refused is None and not settings.tools.allow_home_dot_workspaces:
+        refused = workspace_refusal(real, data_dir=data_dir)
+        hint = HOME_DOT_HINT
+    if refused:
+        raise TaskFileError(f"{task.source}: workspace: {task.workspace} is {real}, {refused}",
+                            hint=hint)
+    return real
 
 
 def _discard(archive: Archive) -> None:
@@ -389,9 +433,12 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
     job, task, settings, archive = state.job, j.task, j.settings, j.archive
     async with _runtime(j.runtime, settings) as rt, open_bus(settings) as bus, \
             _job_board(rt, bus, archive, job, settings, resumed=resumed) as jb:
+        auth = getattr(bus, "auth", None)
+        if auth is not None:  # until a dispatcher grants work, no worker speaks for the job
+            auth.policy = _no_workers
         port = LocalArchive(archive, settings.data_dir)
         budget, checks, mcp, roles, tools = await agent_parts(job, task, settings, j.roles,
-                                                              port, rt, j.clock)
+                                                              port, rt, j.clock, j.sandbox)
         ingest = None
         if rt.knowledge is not None and rt.projector is not None:
             ingestor = Ingestor(rt.knowledge.board, archive, job,
@@ -456,24 +503,33 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
     return dataclasses.replace(report, board_updates=board_updates, unpriced_models=unpriced)
 
 
-def mcp_groups(task: Task, settings: Settings) -> list[MCPGroup]:
+def mcp_groups(task: Task, settings: Settings, sandbox: Sandbox | None = None
+               ) -> list[MCPGroup]:
     """The job's MCP servers as tool groups, not yet open (docs/mcp.md); none declared: the
-    MCP SDK is not even imported."""
+    MCP SDK is not even imported. The task's own stdio servers run in ``sandbox``, the job's
+    command sandbox (``job_sandbox``); without one, in a sandbox the settings ask for (no
+    toolchain), never unconfined by omission. The host's own ``mcp.servers`` run as configured.
+    """
     if not settings.mcp.servers and not task.mcp_servers:
         return []
     from gliding.mcp.client import mcp_groups
 
+    if sandbox is None and task.mcp_servers:
+        sandbox = Sandbox.of(settings.tools, network=task.network,
+                             hidden=(settings.data_dir,))
     return mcp_groups(settings.mcp, task.mcp_servers, workspace=task.workspace,
-                      env_allow=settings.tools.env_allow)
+                      env_allow=settings.tools.env_allow, sandbox=sandbox)
 
 
 async def agent_parts(job: str, task: Task, settings: Settings, base: dict[str, RoleSpec],
-                      port: ArchivePort, rt: Runtime, clock: Clock
+                      port: ArchivePort, rt: Runtime, clock: Clock,
+                      sandbox: Sandbox | None = None,
                       ) -> tuple[BudgetTracker, ChecksGroup, list[MCPGroup],
                                  dict[str, RoleSpec], ToolGroupManager]:
     """What a job's agents work with, wherever they run (this process or a worker): the budget
-    tracker charged with what earlier runs paid, the checks, the MCP groups, the roles with
-    their task and MCP groups, and the tool groups (not yet open).
+    tracker charged with what earlier runs paid, the checks, the MCP groups (the task's own
+    servers in ``sandbox``, the job's command sandbox: ``mcp_groups``), the roles with their
+    task and MCP groups, and the tool groups (not yet open).
 
     Raises:
         ArchiveError: the ledger cannot be read. TaskFileError: an unknown tool group.
@@ -484,7 +540,7 @@ async def agent_parts(job: str, task: Task, settings: Settings, base: dict[str, 
                                        call.cached_tokens, call.cost_usd,
                                        0 if call.priced else 1))
     checks = ChecksGroup(task.checks)
-    mcp = mcp_groups(task, settings)
+    mcp = mcp_groups(task, settings, sandbox)
     roles = task_roles(base, mcp, task)
     tools = job_groups(checks=checks, reader=port, iri_base=f"gliding://job/{job}/",
                        knowledge=rt.access(), web=settings.tools.web, mcp=mcp,
@@ -596,10 +652,17 @@ async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *, resumed: bool
                             coherence_lease_s=settings.memory.coherence.lease_s
                             if worker.kit.board is not None else 0.0)
     server = ArchiveServer(bus, LocalArchive(archive, settings.data_dir))
+    auth = getattr(bus, "auth", None)
+    if auth is not None:  # from now on, workers may say what the dispatcher grants them
+        auth.policy = dispatcher.policy
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
         await tg.start(dispatcher.serve)
         task_status.started()
+
+
+def _no_workers(topic: str, sender: str, message: Any) -> str | None:
+    return "this job's agents run in its own process"
 
 
 def check_agents(settings: Settings) -> None:
@@ -660,9 +723,10 @@ async def _runtime(given: Runtime | None, settings: Settings) -> AsyncIterator[R
 async def job_sandbox(job: str, task: Task, settings: Settings,
                    on_event: Callable[[JobEvent], None] | None) -> Sandbox:
     """The sandbox of the job's commands, after checking it can run (the data directory is
-    hidden from them), with the toolchain this process's PATH and VIRTUAL_ENV and the task's
-    venv and mounts give it; the first event says what confines them, the next ones what of
-    the toolchain was left out.
+    hidden from them and from the file tools; the git directory the workspace has now is
+    read-only to both unless the task says ``git_writes``), with the toolchain this process's
+    PATH and VIRTUAL_ENV and the task's venv and mounts give it; the first event says what
+    confines them, the next ones what of the toolchain was left out.
 
     Raises:
         SandboxError: bubblewrap cannot run here and tools.sandbox is not off.
@@ -671,8 +735,10 @@ async def job_sandbox(job: str, task: Task, settings: Settings,
     toolchain = await anyio.to_thread.run_sync(functools.partial(
         resolve_toolchain, settings.tools, task, data_dir=settings.data_dir,
         environ=dict(os.environ)))
+    readonly = () if task.git_writes else await anyio.to_thread.run_sync(
+        git_paths, task.workspace)
     sandbox = Sandbox.of(settings.tools, network=task.network, hidden=(settings.data_dir,),
-                         toolchain=toolchain)
+                         toolchain=toolchain, readonly=readonly)
     await anyio.to_thread.run_sync(sandbox.require)
     if on_event is not None:
         on_event(JobEvent(job=job, event="job.sandbox",

@@ -33,7 +33,20 @@ import anyio
 import structlog
 
 from gliding.bus import topics
-from gliding.bus.messages import Answer, Assignment, Claim, GrantMsg, Heartbeat, JobEvent, WorkItem
+from gliding.bus.auth import WORKER_PREFIX, digest, owner
+from gliding.bus.messages import (
+    AgentDone,
+    Answer,
+    ArchivedMsg,
+    ArchiveRequest,
+    Assignment,
+    Claim,
+    CoherenceMsg,
+    GrantMsg,
+    Heartbeat,
+    JobEvent,
+    WorkItem,
+)
 from gliding.bus.port import Bus
 from gliding.daemon import leases as L
 
@@ -75,6 +88,7 @@ class Dispatcher:
         self.started = 0.0
         self.items: dict[str, WorkItem] = {}
         self.handed = 0  # offers made, re-offers included
+        self.granted_to: set[str] = set()  # the enrolled workers granted work of the job
         self.lapsed = 0  # assignments taken from a silent worker
 
     async def serve(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
@@ -160,9 +174,13 @@ class Dispatcher:
                 await self._offer(effect.key, effect.epoch)
             elif isinstance(effect, L.Grant | L.Revoke):
                 granted = isinstance(effect, L.Grant) and effect.granted
+                item = ""
+                if granted:
+                    self.granted_to.add(owner(effect.worker))
+                    item = digest(self._item(effect.key, effect.epoch).to_json())
                 await self.bus.publish(topics.grants(effect.worker), GrantMsg(
                     job=self.job, key=effect.key, epoch=effect.epoch, worker=effect.worker,
-                    granted=granted, reason=effect.reason))
+                    granted=granted, reason=effect.reason, item=item))
             else:
                 self.lapsed += 1
                 log.warning("work.lapsed", job=self.job, key=effect.key, worker=effect.worker,
@@ -172,7 +190,38 @@ class Dispatcher:
                     data={"key": effect.key, "worker": effect.worker,
                           "silent_s": round(effect.silent_s, 1)}))
 
+    def _item(self, key: str, epoch: int) -> WorkItem:
+        return self.items[key].model_copy(update={"epoch": epoch})
+
     async def _offer(self, key: str, epoch: int) -> None:
-        item = self.items[key].model_copy(update={"epoch": epoch})
+        item = self._item(key, epoch)
         self.handed += 1
         await self.bus.publish(topics.work(item.assignment.role), item)
+
+    def policy(self, topic: str, sender: str, message: Any) -> str | None:
+        """What a worker may say to this job (``bus/auth.py``: ``BusAuth.policy``; the root's
+        messages never come here): claims and heartbeats in its own name, the answer of work
+        this job granted it (the current holder), and, once granted work of the job, its
+        archive writes, coherence requests, events and archive notices; nothing else. None:
+        take it; else why not."""
+        name = sender.removeprefix(WORKER_PREFIX)
+        if isinstance(message, Claim | Heartbeat):
+            return None if owner(message.worker) == name else "a claim or heartbeat for another"
+        if getattr(message, "job", self.job) != self.job:
+            return "another job's message"  # the job's bus hears only its own topics
+        if isinstance(message, Answer):
+            lease = self.leases.keys.get(answer_key(message))
+            holder = lease.holder if lease is not None else None
+            return None if holder is not None and owner(holder) == name else (
+                "an answer to work it does not hold")
+        if name not in self.granted_to and not any(  # granted, or adopted by a heartbeat
+                lease.holder and owner(lease.holder) == name
+                for lease in self.leases.keys.values()):
+            return "no work of this job was granted to it"
+        if isinstance(message, ArchiveRequest):
+            return None if owner(message.worker) == name else "an archive request for another"
+        if isinstance(message, CoherenceMsg):
+            return None if owner(message.sender) == name else "a coherence request for another"
+        if isinstance(message, JobEvent | ArchivedMsg | AgentDone):
+            return None
+        return f"a {type(message).__name__} is not a worker's to send"

@@ -39,6 +39,10 @@ WORKSPACE_LOCKS = "workspaces"
 FINISHED = ("success", "failed", "escalated", "budget_exceeded", "error")
 STOPPED = "interrupted"
 """The status ``record_stop`` writes: not finished, so ``gliding resume`` may continue it."""
+SUSPENDED_BY = "the daemon stopped; it resumes the job when it starts again"
+"""The ``stopped_by`` of a job the daemon stopped when it stopped itself (it resumes it)."""
+CANCELLED_BY = "cancelled by a cancel request to the daemon"
+"""The ``stopped_by`` of a job cancelled through the daemon (it stays cancelled)."""
 
 log = structlog.get_logger("gliding.daemon")
 

@@ -19,6 +19,10 @@ transaction, durable once the call returns, so after ``kill -9`` (or a power cut
 that was queued or running is found again, in the state of its last committed change. The
 methods block (disk I/O): the daemon calls them on worker threads (``anyio.to_thread``); one
 lock serialises them. Times are seconds since the epoch, given by the caller.
+
+A queue file SQLite cannot read (garbage, cut short, "file is not a database", "database disk
+image is malformed", a database without the queue's table) is refused as ``QueueDamaged``;
+the daemon then rebuilds the queue from the jobs' archives (``reconcile.open_queue``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,12 +86,20 @@ CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, seq);
 """
 _COLUMNS = ("job, name, task, base_dir, workspace, goal, model, state, outcome, error, "
             "submitted, started, finished, runs, seq")
+_DAMAGED = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+"""SQLite's (primary) result codes for a file that is not a database, or a damaged one."""
 
 
 class JobStateError(UsageError):
     """The job's state does not allow what was asked (cancel a finished job, ...)."""
 
     code = "job.state"
+
+
+class QueueDamaged(ArchiveError):
+    """The queue file is not a queue SQLite can read: garbage, cut short, malformed."""
+
+    code = "queue.damaged"
 
 
 @dataclass(frozen=True)
@@ -118,23 +130,41 @@ class JobQueue:
     """
 
     def __init__(self, path: Path) -> None:
+        """Open (or create) the queue at ``path`` and check it (SQLite's ``quick_check``:
+        milliseconds for thousands of jobs).
+
+        Raises:
+            QueueDamaged: the file is not a queue SQLite can read. ArchiveError: it cannot be
+                opened (permissions, locked, I/O error).
+        """
         self.path = path
         self._lock = threading.Lock()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            empty = path.is_file() and path.stat().st_size == 0
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                        timeout=10.0)
         except (OSError, sqlite3.Error) as exc:
             raise ArchiveError(f"cannot open the job queue {path}: {exc}",
                                hint="check that the data dir is writable") from exc
         try:
+            if empty:  # a queue is never empty once made: it was cut short
+                raise QueueDamaged(f"the job queue {path} is damaged or not a queue: "
+                                   "the file is empty")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            _check(self._db, path)
         except sqlite3.Error as exc:
             self._db.close()
-            raise ArchiveError(f"the job queue {path} is damaged or not a queue: {exc}",
-                               hint="move it away; the jobs' archives keep their data") from exc
+            damaged = isinstance(exc, sqlite3.DatabaseError) and (
+                getattr(exc, "sqlite_errorcode", 0) & 0xFF in _DAMAGED)
+            raise (QueueDamaged if damaged else ArchiveError)(
+                f"the job queue {path} is damaged or not a queue: {exc}",
+                hint="move it away; the jobs' archives keep their data") from exc
+        except QueueDamaged:
+            self._db.close()
+            raise
 
     @classmethod
     def open(cls, data_dir: Path) -> JobQueue:
@@ -246,6 +276,41 @@ class JobQueue:
         moved = self.get(job)
         assert moved is not None
         return moved
+
+    def restore(self, entries: Iterable[QueuedJob]) -> int:
+        """Insert whole entries as they were (a rebuilt queue), in their order, in one
+        transaction; their ``seq`` is given anew. How many were inserted.
+
+        Raises:
+            ArchiveError: one cannot be inserted (an id taken, a state not in STATES).
+        """
+        fields = _COLUMNS.rsplit(", ", 1)[0]  # all but seq
+        marks = ", ".join("?" * len(fields.split(", ")))
+        rows = [(e.job, e.name, e.task, e.base_dir, e.workspace, e.goal, e.model, e.state,
+                 e.outcome, e.error, e.submitted, e.started, e.finished, e.runs)
+                for e in entries]
+        with self._transaction("take the rebuilt entries") as db:
+            db.executemany(f"INSERT INTO jobs ({fields}) VALUES ({marks})", rows)
+        return len(rows)
+
+
+def _check(db: sqlite3.Connection, path: Path) -> None:
+    """Refuse a queue whose pages SQLite finds damaged, or whose table lacks a column.
+
+    Raises:
+        QueueDamaged: it is. sqlite3.Error: it cannot be read.
+    """
+    problems = [str(row[0]) for row in db.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        raise QueueDamaged(f"the job queue {path} is damaged or not a queue: "
+                           f"{'; '.join(problems[:3])}",
+                           hint="move it away; the jobs' archives keep their data")
+    have = {str(row[1]) for row in db.execute("PRAGMA table_info(jobs)")}
+    missing = [c for c in _COLUMNS.split(", ") if c not in have]
+    if missing:
+        raise QueueDamaged(f"the job queue {path} is damaged or not a queue: its jobs table "
+                           f"has no {', '.join(missing)}",
+                           hint="move it away; the jobs' archives keep their data")
 
 
 def _hint(state: str) -> str:

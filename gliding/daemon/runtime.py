@@ -26,6 +26,17 @@ from typing import cast
 import anyio
 import structlog
 
+from gliding.bus import topics
+from gliding.bus.auth import (
+    ROOT,
+    WORKER_PREFIX,
+    BusAuth,
+    Opener,
+    Sealer,
+    owner,
+    read_key_file,
+    root_keyring,
+)
 from gliding.bus.inproc import InProcessBus
 from gliding.bus.port import Bus
 from gliding.config.settings import Settings
@@ -118,13 +129,17 @@ class Runtime:
 
 
 @asynccontextmanager
-async def open_bus(settings: Settings, *, client_id: str | None = None) -> AsyncIterator[Bus]:
+async def open_bus(settings: Settings, *, client_id: str | None = None,
+                   worker: str | None = None) -> AsyncIterator[Bus]:
     """The bus ``bus.url`` names: an MQTT 5 broker's, else one in this process; closed when
-    the context ends.
+    the context ends. On a broker with ``bus.auth``, it signs as the root (the job's or
+    daemon's process: the root key is made when there is none) or, given ``worker`` (a
+    worker's name, ``bus/auth.py``), as that worker.
 
     Raises:
-        BusError: the broker cannot be reached within ``bus.connect_timeout_s`` or the URL is
-            not ``mqtt://host:port``.
+        BusError: the broker cannot be reached within ``bus.connect_timeout_s``, the URL is
+            not ``mqtt://host:port``, or the bus key is missing (a worker), unreadable or
+            readable by others.
     """
     if settings.bus.url is None:
         async with InProcessBus() as local:
@@ -132,8 +147,31 @@ async def open_bus(settings: Settings, *, client_id: str | None = None) -> Async
         return
     from gliding.bus.mqtt import MQTTBus
 
-    async with MQTTBus.from_settings(settings.bus, client_id=client_id) as remote:
+    auth = await anyio.to_thread.run_sync(bus_auth, settings, worker)
+    async with MQTTBus.from_settings(settings.bus, client_id=client_id, auth=auth) as remote:
         yield remote
+
+
+def bus_key_path(settings: Settings) -> Path:
+    return settings.bus.key_file or settings.data_dir / "bus.key"
+
+
+def bus_auth(settings: Settings, worker: str | None = None) -> BusAuth | None:
+    """What a bus connection signs and checks with (None: ``bus.auth`` is off).
+
+    Raises:
+        BusError: a worker without a bus key, or a key file that is not one or that others
+            can read.
+    """
+    if not settings.bus.auth:
+        return None
+    path = bus_key_path(settings)
+    ring = read_key_file(path) if worker is not None else root_keyring(path)
+    sender = ROOT
+    if worker is not None:
+        ring.as_worker(owner(worker))  # a worker key signs only for its own name
+        sender = WORKER_PREFIX + owner(worker)
+    return BusAuth(Sealer(ring, sender, recipient=topics.recipient), Opener(ring))
 
 
 def blackboard_path(data_dir: Path) -> Path:

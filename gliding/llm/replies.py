@@ -65,9 +65,12 @@ def replies_from_data(data: Any, source: str = "replies",
         RepliesFileError: a role or reply of the wrong shape.
     """
     lines = lines or {}
-    if not isinstance(data, dict) or not data:
-        raise RepliesFileError(f"{source}:{lines.get((), 1)}: a replies file maps roles "
-                               f"({', '.join(ROLES)}) to lists of replies", hint=_HINT)
+    if not isinstance(data, dict) or not any(key in ROLES for key in data):
+        # nothing of it is quoted: a daemon or MCP client may name any file the server can
+        # read (scripted:/etc/shadow), and its first line must not come back in the error
+        raise RepliesFileError(f"{source}:{lines.get((), 1)}: not a replies file: a replies "
+                               f"file maps roles ({', '.join(ROLES)}) to lists of replies",
+                               hint=_HINT)
     ids = itertools.count(1)
     out: dict[str, list[Message]] = {}
     for role, replies in data.items():

@@ -2,6 +2,8 @@
 
     client.py     MCP servers as tool groups: ``MCPGroup``, one per server (docs/mcp.md)
     session.py    one server's SDK session, on an event loop of its own
+    stdio.py      the stdio transport, bounding one message before it is parsed
+    confined.py   a task's own stdio server started inside the job's command sandbox
     schema.py     a server's tool listing as our Tool names and JSON schemas (pure)
     render.py     a tool result as the text the model reads (pure)
     server.py     Gliding as an MCP server

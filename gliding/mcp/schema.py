@@ -14,9 +14,10 @@ clipped.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from gliding.core.text import one_line
 
@@ -27,6 +28,7 @@ PROPERTY_CHARS = 240  # one argument's description, at most
 JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object"})
 _DROPPED = frozenset({"$schema", "$id", "$comment"})
 _BAD = re.compile(r"[^A-Za-z0-9_-]")
+T = TypeVar("T")
 
 
 def tool_names(server: str, tools: Iterable[str]) -> dict[str, str]:
@@ -92,3 +94,27 @@ def idempotent(annotations: Any) -> bool:
         return False
     return bool(getattr(annotations, "read_only_hint", False)
                 or getattr(annotations, "idempotent_hint", False))
+
+
+def tokens(name: str, description: str, parameters: Mapping[str, Any] | None) -> int:
+    """About how many prompt tokens a tool's schema costs (4 characters a token)."""
+    text = json.dumps({"name": name, "description": description, "parameters": parameters},
+                      ensure_ascii=False, separators=(",", ":"))
+    return (len(text) + 3) // 4
+
+
+def bounded(tools: Sequence[tuple[T, int]], max_tools: int,
+            max_tokens: int) -> tuple[list[T], list[T]]:
+    """``tools`` (each with its schema's tokens) split into those kept, in order, while both
+    bounds hold (a tool too big for the tokens left is passed over, a smaller one after it
+    may still fit), and those refused."""
+    kept: list[T] = []
+    refused: list[T] = []
+    spent = 0
+    for tool, cost in tools:
+        if len(kept) < max_tools and spent + cost <= max_tokens:
+            kept.append(tool)
+            spent += cost
+        else:
+            refused.append(tool)
+    return kept, refused

@@ -17,6 +17,7 @@ cancelled. When the server stops, running jobs are cancelled and show as interru
 resume JOB`` continues them). Blocking work runs on worker threads. A bad argument, unknown job
 or IRI, malformed task or refused query is an MCP tool error result saying what to do next; the
 server goes on. An inline ``task_yaml``'s relative workspace is the server's working directory's.
+Over HTTP every request must bear the token in ``<data_dir>/mcp.token`` (``BearerOnly``).
 
 ``serve`` is what ``gliding mcp`` calls; ``python -m gliding.mcp.server`` runs it without the
 CLI. Past 400 lines because the service and its MCP face live together: each tool is the few
@@ -26,7 +27,10 @@ lines that bind a service method to its schema.
 from __future__ import annotations
 
 import argparse
+import hmac
+import json
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -54,11 +58,12 @@ from gliding.config.settings import Settings
 from gliding.config.task import Task, load_task, load_task_text
 from gliding.core.ids import new_job_id
 from gliding.core.iri import job_iri, parse_iri
-from gliding.daemon.compose import build_llm, check_cost_budget, run_job
+from gliding.core.text import ERROR_CHARS, clip, error_line, traceback_text
+from gliding.daemon.compose import build_llm, check_cost_budget, check_model_file, run_job
 from gliding.daemon.jobs import FINISHED, list_jobs
 from gliding.daemon.runtime import Runtime, blackboard_path
+from gliding.daemon.service import MAX_OFFSET, bounded
 from gliding.daemon.service import archived_status as _archived_status
-from gliding.daemon.service import bounded
 from gliding.daemon.service import read_page as _read_page
 from gliding.daemon.service import utf8_page as _utf8_page  # noqa: F401  (its old home)
 from gliding.errors import GlidingError, IRIError, NotFoundError, TaskFileError, UsageError
@@ -158,6 +163,7 @@ class Service:
         # here, on a worker thread, rather than on the event loop inside run_job.
         chosen = model or task.model or self.settings.llm.model
         await anyio.to_thread.run_sync(build_llm, chosen, self.settings)
+        await anyio.to_thread.run_sync(check_model_file, chosen)
         await anyio.to_thread.run_sync(check_cost_budget, task, self.settings, chosen)
         data_dir = self.settings.data_dir
         try:  # the shared blackboard opens in it before the first job does
@@ -184,8 +190,9 @@ class Service:
         except GlidingError as exc:
             run.failure = exc
         except Exception as exc:  # a bug in one job must stop neither the server nor the others
-            log.exception("mcp.job.crashed", job=run.job)
-            run.failure = GlidingError(f"internal error: {type(exc).__name__}: {exc}")
+            log.error("mcp.job.crashed", job=run.job, exception=traceback_text(exc))
+            run.failure = GlidingError(error_line(f"internal error: {type(exc).__name__}: "
+                                                  f"{exc}"))
         else:
             assert handle.report is not None  # a new job always has one
             run.report = report_dict(handle.report, archive=str(handle.archive),
@@ -227,7 +234,10 @@ class Service:
             raise UsageError("give exactly one of task_yaml (the task file's text) and "
                              "task_path (a task file on the server's machine)")
         if task_path is not None:
-            path = self.base_dir / Path(task_path).expanduser()
+            try:
+                path = self.base_dir / Path(task_path).expanduser()
+            except RuntimeError as exc:  # ~user without a home
+                raise TaskFileError(f"task_path: cannot use {task_path[:200]!r}: {exc}") from exc
             return await anyio.to_thread.run_sync(load_task, path)
         assert task_yaml is not None
         if len(task_yaml) > MAX_TASK_CHARS:
@@ -377,6 +387,12 @@ def _json_value(value: Any) -> Any:
     return {k: v for k, v in vars(value).items() if v is not None}
 
 
+def _clipped(text: str, lines: int = 40) -> str:
+    """An error message kept to ``lines`` lines of at most ERROR_CHARS characters each."""
+    kept = [clip(line, ERROR_CHARS) for line in text.splitlines()[:lines]]
+    return "\n".join(kept) + ("\n..." if len(text.splitlines()) > lines else "")
+
+
 def _bounded(data: Any, limit: int = MAX_ANSWER_CHARS) -> Any:
     """``data`` if its JSON fits ``limit`` characters; else with its longest lists halved,
     then its long strings clipped to STRING_CHARS (``service.bounded``)."""
@@ -415,10 +431,18 @@ def build_server(service: Service) -> MCPServer:
         return register
 
     async def answer(work: Awaitable[dict[str, Any]], *, bound: bool = True) -> dict[str, Any]:
+        """The tool's answer; any failure a tool error of a few lines (a bug too: logged as
+        one bounded line, so the SDK never prints its traceback)."""
         try:
             result = await work
         except GlidingError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError(_clipped(str(exc))) from exc
+        except Exception as exc:
+            log.error("mcp.tool.crashed", error=error_line(f"{type(exc).__name__}: {exc}"),
+                      exception=traceback_text(exc))
+            raise ToolError(error_line(f"internal error: {type(exc).__name__}: {exc}") +
+                            "\n  hint: this is a bug in Gliding; the server's log has the "
+                            "traceback") from exc
         return _bounded(result) if bound else result
 
     @tool(RUN)
@@ -466,7 +490,7 @@ def build_server(service: Service) -> MCPServer:
     async def read_iri(
         iri: Annotated[str, Field(description=(
             "gliding://job/<job>/<kind>/<name>, e.g. an artifact IRI from a report"))],
-        offset: Annotated[int, Field(ge=0, description="The first byte")] = 0,
+        offset: Annotated[int, Field(ge=0, le=MAX_OFFSET, description="The first byte")] = 0,
         limit: Annotated[int, Field(ge=1, le=MAX_PAGE_BYTES, description="Bytes")] = PAGE_BYTES,
     ) -> dict[str, Any]:
         """Read an archived item (artifact, turn, tool result, record) back exactly, a page of
@@ -512,10 +536,11 @@ async def serve_async(settings: Settings, *, transport: Transport = "stdio",
     service = Service(settings, base_dir=base_dir)
     server = build_server(service)
     sock = _listening(host, port) if transport == "http" else None  # refused before serving
+    token = mcp_token(settings.data_dir) if sock is not None else ""
     log.info("mcp.serving", transport=transport, data_dir=str(settings.data_dir))
     async with service.running():
         if sock is not None:
-            await _serve_http(server, sock, announce or (lambda url: None))
+            await _serve_http(server, sock, announce or (lambda url: None), token)
         else:
             await server.run_stdio_async()
 
@@ -532,11 +557,62 @@ def _listening(host: str, port: int) -> socket.socket:
     return sock
 
 
+class BearerOnly:
+    """An ASGI app that lets through only HTTP requests bearing ``token`` (``Authorization:
+    Bearer <token>``, compared in constant time); any other gets 401 and reaches nothing.
+    ``run_job`` starts programs and ``read_iri`` reads archives: over HTTP anything on the host
+    (a sandboxed command with network too) could call them, so no token, no call."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app, self.expected = app, f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                body = json.dumps({"error": {"code": "auth", "message": (
+                    "missing or wrong bearer token" if given else "no bearer token"),
+                    "hint": "send Authorization: Bearer <the token in <data_dir>/mcp.token>"}})
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": body.encode()})
+                return
+        await self.app(scope, receive, send)
+
+
+def mcp_token(data_dir: Path) -> str:
+    """The bearer token of ``gliding mcp --transport http``: ``<data_dir>/mcp.token`` (0600),
+    made the first time.
+
+    Raises:
+        UsageError: it cannot be read or made.
+    """
+    path = data_dir / "mcp.token"
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            token = path.read_text(encoding="ascii").strip()
+            if len(token) < 32:
+                raise UsageError(f"{path} holds no usable token",
+                                 hint="delete it; the next start makes a new one") from None
+            return token
+        token = secrets.token_urlsafe(32)
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(token + "\n")
+        return token
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read or make the MCP token {path}: {exc}") from exc
+
+
 async def _serve_http(server: MCPServer, sock: socket.socket,
-                      announce: Callable[[str], None]) -> None:
-    """Streamable HTTP at ``http://host:port/mcp`` on ``sock``. uvicorn's own signal handling
-    would end the process before the jobs are cancelled and the runtime closed; here a signal
-    stops it gracefully and the caller cleans up."""
+                      announce: Callable[[str], None], token: str) -> None:
+    """Streamable HTTP at ``http://host:port/mcp`` on ``sock``, for requests bearing
+    ``token``. uvicorn's own signal handling would end the process before the jobs are
+    cancelled and the runtime closed; here a signal stops it gracefully and the caller cleans
+    up."""
     import uvicorn  # the SDK's HTTP server
 
     class Uvicorn(uvicorn.Server):
@@ -545,7 +621,8 @@ async def _serve_http(server: MCPServer, sock: socket.socket,
             yield
 
     host, port = sock.getsockname()[:2]
-    http = Uvicorn(uvicorn.Config(server.streamable_http_app(host=host), log_level="warning"))
+    app = BearerOnly(server.streamable_http_app(host=host), token)
+    http = Uvicorn(uvicorn.Config(app, log_level="warning"))
 
     async def stop_on_signal() -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -583,6 +660,7 @@ def main(argv: list[str] | None = None) -> None:
     ``gliding mcp`` without the CLI."""
     from gliding.cli.logs import configure_logging
     from gliding.config.loader import load_settings
+    from gliding.daemon.private import private_files
 
     parser = argparse.ArgumentParser(prog="python -m gliding.mcp.server",
                                      description="Serve Gliding to MCP clients.")
@@ -595,8 +673,11 @@ def main(argv: list[str] | None = None) -> None:
         settings = load_settings(args.config, overrides={"data_dir": str(args.data_dir)}
                                  if args.data_dir else {})
         configure_logging(settings.log_level, settings.log_format)
-        serve(settings, transport=args.transport, port=args.port,
-              announce=lambda url: print(f"gliding mcp: serving at {url}", file=sys.stderr))
+        with private_files(settings.data_dir):  # files 0600, directories 0700
+            serve(settings, transport=args.transport, port=args.port,
+                  announce=lambda url: print(f"gliding mcp: serving at {url} (bearer token "
+                                             f"in {settings.data_dir / 'mcp.token'})",
+                                             file=sys.stderr))
     except GlidingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None

@@ -13,6 +13,11 @@ costs its own thread and nothing else.
     aclose()  leave the session (the SDK closes stdin, then terminates the process group
               and kills it), stop the loop, join the thread; harmless twice
 
+One message from the server is bounded before it is parsed (``message_limit`` of
+``mcp.max_result_bytes``): over stdio by our own transport (``stdio.py``, in place of the SDK's,
+whose reader is quadratic in a line's length), over HTTP by the client's transport
+(``http.py``) and the SDK's SSE event limit. A longer answer fails its own call only.
+
 Errors come out as ``ToolError`` with a message the model can act on; ``gone`` says why the
 server is no longer there (a stdio server whose connection closed has exited: every later
 call fails at once with the same reason, and likewise an HTTP server whose session closed;
@@ -36,12 +41,13 @@ import anyio.to_thread
 from anyio.abc import TaskStatus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client, MCPError, StdioServerParameters, types
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
 
 from gliding.core.text import one_line
 from gliding.errors import ToolError
+from gliding.mcp.confined import Confined
+from gliding.mcp.stdio import DROPPED, message_limit, stdio_client
 
 MAX_PAGES = 100  # tools/list pages read at most (a server that never stops paging)
 STOP_S = 15.0  # the SDK's own shutdown is bounded (stdin close, SIGTERM, SIGKILL): ~7 s
@@ -51,15 +57,19 @@ STDERR_CHARS = 400  # ... in this many characters at most
 # a line that says what went wrong ("Error: Cannot find module", a Python exception's last line)
 _ERROR_LINE = re.compile(r"error|exception|fatal|denied|not found", re.IGNORECASE)
 CALLS_AT_ONCE = 8  # worker threads one server's calls may hold at once
+CLOSED = "Connection closed"  # the SDK's message when a session's connection has ended
+SDK_UNREAD = "Failed to parse JSON response"  # the SDK's, when an HTTP answer's body failed
 
 
 class StdioTarget:
     """A program to start: the exact environment it gets (the SDK adds HOME, LOGNAME, PATH,
-    SHELL, TERM and USER from ours when we do not set them)."""
+    SHELL, TERM and USER from ours when we do not set them), and with ``confined`` the command
+    sandbox it runs in (a task's own server: ``confined.py``; then nothing is added)."""
 
     def __init__(self, command: str, args: Sequence[str], env: Mapping[str, str],
-                 cwd: Path | None) -> None:
+                 cwd: Path | None, confined: Confined | None = None) -> None:
         self.command, self.args, self.env, self.cwd = command, tuple(args), dict(env), cwd
+        self.confined = confined
 
 
 class HttpTarget:
@@ -75,10 +85,12 @@ Target = StdioTarget | HttpTarget
 class Session:
     """One server, started by ``start`` and stopped by ``aclose`` (from any task)."""
 
-    def __init__(self, name: str, target: Target, *, startup_timeout_s: float) -> None:
+    def __init__(self, name: str, target: Target, *, startup_timeout_s: float,
+                 max_message_bytes: int = message_limit(1 << 20)) -> None:
         self.name = name
         self.target = target
         self.startup_timeout_s = startup_timeout_s
+        self.max_message_bytes = max_message_bytes  # one JSON-RPC message, before parsing
         self.gone: str | None = None  # why the server is no longer there; None while it is
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
         self._portal: BlockingPortal | None = None
@@ -147,18 +159,7 @@ class Session:
                             "still be working on it)",
                             hint="try smaller input, or raise mcp.timeout_s") from exc
         except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED and self._stopping:
-                raise ToolError(f"{tool}: server {self.name} was stopped while it ran (the "
-                                "job is closing its tools)") from exc
-            if exc.code == types.CONNECTION_CLOSED:  # the session is over for good
-                tail = self._stderr_tail(errors_only=True)
-                self.gone = (f"server {self.name} exited: its connection closed"
-                             + (f"; its stderr ended: {tail}" if tail else "")
-                             if self.stdio else
-                             f"server {self.name} is gone: its connection closed")
-                raise ToolError(self.gone, hint="do not call this server's tools again") from exc
-            raise ToolError(f"{tool}: server {self.name} refused the call: {exc.message} "
-                            f"(MCP error {exc.code})") from exc
+            raise self._call_error(tool, exc) from exc
         except ValidationError as exc:
             raise ToolError(f"{tool}: server {self.name} sent a malformed result: "
                             f"{exc.errors()[0]['msg']}") from exc
@@ -169,6 +170,32 @@ class Session:
         finally:
             for future in submitted:
                 future.cancel()  # a caller cancelled mid-call cancels the call; done: no-op
+
+    def _call_error(self, tool: str, exc: MCPError) -> ToolError:
+        """What an MCP error answering a call of ``tool`` means for the model; a closed
+        connection also marks the server ``gone``."""
+        unread = exc.code == types.PARSE_ERROR and exc.message.startswith(SDK_UNREAD)
+        if exc.data == DROPPED or unread:  # the answer was not read; the session goes on
+            text = exc.message if exc.data == DROPPED else \
+                f"its answer could not be read: {exc.message}"
+            return ToolError(f"{tool}: server {self.name}: {text}",
+                             hint="ask for less at once (a smaller page, range or query)")
+        closed = exc.code == types.CONNECTION_CLOSED and (
+            self.stdio or exc.message == CLOSED)  # else HTTP: only this call's stream failed
+        if closed and self._stopping:
+            return ToolError(f"{tool}: server {self.name} was stopped while it ran (the job is "
+                             "closing its tools)")
+        if closed:  # the session is over for good
+            tail = self._stderr_tail(errors_only=True)
+            self.gone = (f"server {self.name} exited: its connection closed"
+                         + (f"; its stderr ended: {tail}" if tail else "")
+                         if self.stdio else
+                         f"server {self.name} is gone: its connection closed")
+            return ToolError(self.gone, hint="do not call this server's tools again")
+        if exc.code == types.CONNECTION_CLOSED:
+            return ToolError(f"{tool}: server {self.name}'s answer was lost: {exc.message}")
+        return ToolError(f"{tool}: server {self.name} refused the call: {exc.message} "
+                         f"(MCP error {exc.code})")
 
     async def aclose(self) -> None:
         """Stop the server and the loop; wait until the process is gone. Raises nothing."""
@@ -209,15 +236,14 @@ class Session:
         if isinstance(target, StdioTarget):
             params = StdioServerParameters(command=target.command, args=list(target.args),
                                            env=target.env, cwd=target.cwd)
-            return Client(stdio_client(params, errlog=self._stderr))  # type: ignore[arg-type]
-        if target.headers:
-            import httpx2  # the SDK's HTTP client; only needed for custom headers
+            return Client(stdio_client(params, name=self.name, limit=self.max_message_bytes,
+                                       errlog=self._stderr, confined=target.confined))
+        from gliding.mcp.http import http_client  # imports httpx2, the SDK's HTTP client
 
-            http = httpx2.AsyncClient(headers=target.headers,
-                                      timeout=httpx2.Timeout(30.0, read=300.0))
-            return Client(_OwningTransport(streamable_http_client(target.url, http_client=http),
-                                           http.aclose))
-        return Client(target.url)
+        http = http_client(target.headers, self.max_message_bytes)
+        return Client(_OwningTransport(
+            streamable_http_client(target.url, http_client=http,
+                                   max_sse_event_size=self.max_message_bytes), http.aclose))
 
     async def _call(self, tool: str, arguments: dict[str, Any],
                     timeout_s: float) -> types.CallToolResult:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from gliding.bus.messages import CheckOutcome, TurnLine
 from gliding.core.messages import Usage
+from gliding.core.text import error_line
 from gliding.scheduler.policy import PipelineChoice
 from gliding.scheduler.supervisor import SupervisorState
 
@@ -68,12 +69,14 @@ def build_report(state: SupervisorState, *, artifacts: tuple[tuple[str, str], ..
         pipeline=PipelineChoice(state.roles, state.pipeline_kind, state.pipeline_reason),
         cycles=state.cycle, corrections=state.corrections, checks=state.results,
         checks_verified_by=state.verified_by, decision=state.decision,
-        report=state.report or (state.stop_reason or ""), plan=state.plan,
+        report=state.report or error_line(state.stop_reason or ""), plan=state.plan,
         roles=tuple(RoleUsage(r, state.totals[r].turns if r in state.totals else 0,
                               usage.get(r, Usage()),
                               state.totals[r].schema_tokens if r in state.totals else 0)
                     for r in roles),
-        artifacts=artifacts, turns=state.lines, stopped=state.stop_reason, wall_s=wall_s,
+        artifacts=artifacts, turns=state.lines,
+        stopped=None if state.stop_reason is None else error_line(state.stop_reason),
+        wall_s=wall_s,
         total=total,
         context_tokens={r: (t.context_tokens, t.baseline_tokens)
                         for r, t in state.totals.items() if t.baseline_tokens},

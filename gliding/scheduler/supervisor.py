@@ -53,6 +53,7 @@ from gliding.bus.messages import (
     TurnLine,
     UsageWire,
 )
+from gliding.core.text import error_line
 from gliding.scheduler import policy
 
 RUNNER = "runner"  # the role name of the runner's own check report (answering Verify)
@@ -208,8 +209,8 @@ def step(state: SupervisorState, message: Input) -> tuple[SupervisorState, list[
         update={"waiting": None})
     if message.status in ("budget", "failed"):
         stopped: Literal["budget", "error"] = "budget" if message.status == "budget" else "error"
-        state = state.model_copy(update={"stopped": stopped,
-                                         "stop_reason": message.error or message.status})
+        state = state.model_copy(update={"stopped": stopped, "stop_reason": error_line(
+            message.error or message.status)})  # a line, however long the error it carried
         return _finish(state)
     if isinstance(message, PlanMsg):
         state = state.model_copy(update={"plan": tuple(message.texts) or (state.goal,)})

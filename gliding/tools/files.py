@@ -3,6 +3,8 @@
 Every path is opened through ``workspace.locate`` / ``open_regular``: walked from the workspace
 root without following any link out, so a symlink swapped in mid-call cannot leak a read or
 land a write outside, and only regular files are read (a FIFO is refused, not waited on).
+The walk's guard (``protected.tool_guard``, from the job's sandbox) refuses the data directory
+to every tool and the workspace's git directory to the ones that write.
 Writes go to a temp file created in the located directory and renamed over the name there.
 Blocking file I/O runs in a worker thread that is waited for, not abandoned: the work stops
 at the call's deadline itself (TimeoutError), on the real clock, so a write is never left
@@ -23,7 +25,8 @@ import anyio.to_thread
 
 from gliding.errors import ToolError
 from gliding.tools.base import CALL_TIMEOUT_S, Tool, ToolContext, check_deadline, prop, schema
-from gliding.tools.workspace import display_path, locate, open_regular
+from gliding.tools.protected import context_guard
+from gliding.tools.workspace import Guard, display_path, locate, open_regular
 
 CHUNK = 1 << 16  # characters read at a time
 MAX_DIR_ENTRIES = 500
@@ -33,7 +36,7 @@ MAX_EDIT_BYTES = 16 << 20  # edit_file holds the file in memory twice
 
 def read_file(
     workspace: Path, path: str, *, offset: int = 1, limit: int | None = None, page_lines: int = 200,
-    page_chars: int = 1 << 20, deadline: float | None = None,
+    page_chars: int = 1 << 20, deadline: float | None = None, guard: Guard | None = None,
 ) -> str:
     """Lines ``offset``..``offset+limit-1`` (1-based) of a file, under a one-line header, whole:
     long lines are not cut. A page stops at ``page_chars`` characters (the line it stops in is
@@ -42,7 +45,8 @@ def read_file(
     file over ``MAX_COUNT_BYTES``: that one is read only up to the end of the page.
 
     Raises:
-        ConfinementError: the path leaves the workspace, or the file has several hard links.
+        ConfinementError: the path leaves the workspace or ``guard`` refuses it, or the file
+            has several hard links.
         ToolError: missing file, a directory or other non-regular file, or an offset/limit
             below 1 or past the end.
         TimeoutError: ``deadline`` passed (reaching a far offset of a huge file).
@@ -58,7 +62,7 @@ def read_file(
     rest = 0  # characters of that line not in the page
     number = 1
     open_line = False  # the last piece read did not end its line
-    with open_regular(workspace, path) as found:
+    with open_regular(workspace, path, guard) as found:
         assert found.fd is not None and found.st is not None  # open_regular says so
         size = found.st.st_size
         counts = size <= MAX_COUNT_BYTES
@@ -147,18 +151,19 @@ def write_atomic(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> None
         raise
 
 
-def write_file(workspace: Path, path: str, content: str) -> str:
+def write_file(workspace: Path, path: str, content: str, *, guard: Guard | None = None) -> str:
     """Create or overwrite ``path`` with ``content`` as UTF-8, creating parent directories;
     a replaced file keeps its permission bits, a new one gets 0o644.
 
     Raises:
-        ConfinementError: the path leaves the workspace.
+        ConfinementError: the path leaves the workspace, or ``guard`` refuses it (nothing is
+            made then, not even a parent directory).
         ToolError: the path is a directory or the write failed.
     """
     shown = display_path(path)
     data = content.encode("utf-8")
     try:
-        with locate(workspace, path, make_dirs=True) as found:
+        with locate(workspace, path, make_dirs=True, guard=guard) as found:
             if not found.name or found.is_dir:
                 raise ToolError(f"{shown} is a directory; give a file path")
             st, mode = found.st, 0o644
@@ -171,11 +176,12 @@ def write_file(workspace: Path, path: str, content: str) -> str:
 
 
 def edit_file(workspace: Path, path: str, old: str, new: str, *, replace_all: bool = False,
-              deadline: float | None = None) -> str:
+              deadline: float | None = None, guard: Guard | None = None) -> str:
     """Replace the exact text ``old`` by ``new``; ``old`` must occur once unless ``replace_all``.
 
     Raises:
-        ConfinementError: the path leaves the workspace, or the file has several hard links.
+        ConfinementError: the path leaves the workspace or ``guard`` refuses it, or the file
+            has several hard links.
         ToolError: missing file, not a regular file, over ``MAX_EDIT_BYTES``, not UTF-8, empty
             ``old``, or ``old`` found 0 or several times.
         TimeoutError: ``deadline`` passed while the file was read.
@@ -183,7 +189,7 @@ def edit_file(workspace: Path, path: str, old: str, new: str, *, replace_all: bo
     shown = display_path(path)
     if old == "":
         raise ToolError("old must not be empty", hint="to create a file use write_file")
-    with open_regular(workspace, path) as found:
+    with open_regular(workspace, path, guard) as found:
         assert found.fd is not None and found.st is not None  # open_regular says so
         if found.st.st_size > MAX_EDIT_BYTES:
             raise ToolError(
@@ -228,16 +234,17 @@ def _read_all(fd: int, deadline: float | None) -> bytes:
     return b"".join(pieces)
 
 
-def list_dir(workspace: Path, path: str = ".", *, deadline: float | None = None) -> str:
+def list_dir(workspace: Path, path: str = ".", *, deadline: float | None = None,
+             guard: Guard | None = None) -> str:
     """Sorted entries of a directory, one a line: dirs end with '/', symlinks with '@'.
 
     Raises:
-        ConfinementError: the path leaves the workspace.
+        ConfinementError: the path leaves the workspace, or ``guard`` refuses it.
         ToolError: missing path or not a directory.
         TimeoutError: ``deadline`` passed (a directory of millions of entries).
     """
     shown = display_path(path)
-    with locate(workspace, path) as found:
+    with locate(workspace, path, guard=guard) as found:
         if found.st is None:
             raise ToolError(f"no such file: {shown}",
                             hint="call list_dir or glob to see what exists")
@@ -283,13 +290,15 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> str:
             page_lines=ctx.settings.read_page_lines,
             page_chars=ctx.settings.read_page_chars,
             deadline=ctx.deadline,
+            guard=context_guard(ctx, write=False),
         )
     )
 
 
 async def _write_file(args: dict[str, Any], ctx: ToolContext) -> str:
     return await anyio.to_thread.run_sync(
-        lambda: write_file(ctx.workspace, args["path"], args["content"])
+        lambda: write_file(ctx.workspace, args["path"], args["content"],
+                           guard=context_guard(ctx, write=True))
     )
 
 
@@ -302,13 +311,15 @@ async def _edit_file(args: dict[str, Any], ctx: ToolContext) -> str:
             args["new"],
             replace_all=args.get("replace_all", False),
             deadline=ctx.deadline,
+            guard=context_guard(ctx, write=True),
         )
     )
 
 
 async def _list_dir(args: dict[str, Any], ctx: ToolContext) -> str:
     return await anyio.to_thread.run_sync(
-        lambda: list_dir(ctx.workspace, args.get("path", "."), deadline=ctx.deadline)
+        lambda: list_dir(ctx.workspace, args.get("path", "."), deadline=ctx.deadline,
+                         guard=context_guard(ctx, write=False))
     )
 
 

@@ -3,7 +3,9 @@
 With ``tools.sandbox: bwrap`` (the default) a command runs under bubblewrap:
 
 - the workspace is the only place it may write (read-write, its cwd); the data directory is
-  hidden when it lies inside the workspace, so the archive cannot be read or rewritten;
+  hidden when it lies inside the workspace, so the archive cannot be read or rewritten, and
+  the git directory the workspace had when the job started is read-only unless the task says
+  ``git_writes: true`` (``protected.git_paths``: its hooks and config run on the host);
 - ``/usr`` (and ``/bin``, ``/lib``, ... where they are real directories or links) and ``/opt``
   read-only; of ``/etc`` only what programs need to start and resolve names (``ETC_KEPT``),
   with a ``passwd`` and ``group`` of its own: no shadow, no keys, no home directory;
@@ -57,7 +59,8 @@ PASSWD = ("root:x:0:0:root:/tmp:/bin/bash\n"
           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
 UNPROTECTED = (
-    "tools.sandbox is off: bash and check commands run unconfined on this host. They can read "
+    "tools.sandbox is off: bash and check commands, and the task's own stdio MCP servers, run "
+    "unconfined on this host. They can read "
     "every file this user can (the home directory, SSH keys, other projects), read the "
     "environment of Gliding's own process through /proc (API keys included), write anywhere "
     "this user can (the archive included), reach the network, and leave processes behind "
@@ -77,8 +80,10 @@ class Limits:
 @dataclass(frozen=True)
 class Sandbox:
     """How commands of one job are confined. ``hidden``: paths inside the workspace the
-    command must not see (the data directory); ``toolchain``: what it gets read-only besides
-    the system (``resolve_toolchain``), and its PATH."""
+    command must not see (the data directory); ``readonly``: real paths inside the workspace
+    it may read but not change, rename or remove (its git directory, ``protected.git_paths``);
+    ``toolchain``: what it gets read-only besides the system (``resolve_toolchain``), and its
+    PATH. The file tools keep to ``hidden`` and ``readonly`` too (``protected.tool_guard``)."""
 
     mode: str  # "bwrap" or "off"
     network: bool
@@ -86,16 +91,19 @@ class Sandbox:
     hidden: tuple[Path, ...] = ()
     bwrap: str = "bwrap"
     toolchain: Toolchain = Toolchain()
+    readonly: tuple[Path, ...] = ()
 
     @classmethod
     def of(cls, settings: ToolSettings, *, network: bool | None = None,
-           hidden: Sequence[Path] = (), toolchain: Toolchain | None = None) -> Sandbox:
+           hidden: Sequence[Path] = (), toolchain: Toolchain | None = None,
+           readonly: Sequence[Path] = ()) -> Sandbox:
         """The sandbox ``settings`` ask for; ``network`` (the task's wish) overrides
         ``tools.network`` only to allow it."""
         lim = settings.limits
         return cls(settings.sandbox, bool(network) or settings.network,
                    Limits(lim.cpu_s, lim.memory_mb, lim.processes, lim.file_size_mb),
-                   tuple(Path(p) for p in hidden), toolchain=toolchain or Toolchain())
+                   tuple(Path(p) for p in hidden), toolchain=toolchain or Toolchain(),
+                   readonly=tuple(Path(p) for p in readonly))
 
     @property
     def confined(self) -> bool:
@@ -109,6 +117,7 @@ class Sandbox:
         return (f"sandbox: bubblewrap (workspace read-write, system read-only, no home, {net}, "
                 f"{self.limits.processes} processes, {self.limits.memory_mb} MB, "
                 f"{self.limits.cpu_s} CPU s)") + (
+                    "; git directory read-only" if self.readonly else "") + (
                     f"; {self.toolchain.describe()}" if self.toolchain.path else "")
 
     def require(self) -> None:
@@ -168,6 +177,11 @@ class Sandbox:
                      "--ro-bind-data", str(group), "/etc/group"]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run",
                  *self.toolchain.bwrap_args(), "--bind", ws, ws]
+        real_ws = os.path.realpath(ws)
+        for keep in self.readonly:  # before the hidden: a data dir inside stays hidden
+            if _still(keep, workspace):  # where the workspace is bound: below ws
+                there = os.path.join(ws, os.path.relpath(keep, real_ws))
+                args += ["--ro-bind", str(keep), there]
         for hide in self.hidden:
             if os.path.isdir(hide) and _inside(hide, workspace):  # never made on the host
                 args += ["--tmpfs", os.path.realpath(hide)]
@@ -213,6 +227,13 @@ def identity_fds() -> tuple[int, int]:
             out.write(data)
         fds.append(read)
     return fds[0], fds[1]
+
+
+def _still(path: Path, workspace: Path) -> bool:
+    """Whether ``path`` (a real path when the job started) still is one, inside ``workspace``:
+    bubblewrap follows a symlink, and a mount is never made outside the workspace."""
+    return os.path.lexists(path) and os.path.realpath(path) == str(path) and _inside(
+        path, workspace)
 
 
 def _inside(path: Path, root: Path) -> bool:

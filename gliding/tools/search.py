@@ -4,9 +4,10 @@ Both walk the tree from open descriptors (``_tree``): each directory is opened w
 relative to its parent, so a symlinked directory is never descended into and a link swapped
 in mid-walk cannot lead the walk out; a symlinked file is only read or listed when it resolves
 inside the workspace (``workspace.locate``), and a file is read only when it is regular and
-has one hard link (``workspace.open_regular`` says why). A walk stops ``MAX_WALK_DEPTH`` levels
-down, after ``MAX_WALK_ENTRIES`` entries and at the call's deadline; the answer says what it
-left out.
+has one hard link (``workspace.open_regular`` says why). Neither enters, reads or names
+anything inside the data directory (``protected.tool_guard``). A walk stops
+``MAX_WALK_DEPTH`` levels down, after ``MAX_WALK_ENTRIES`` entries and at the call's
+deadline; the answer says what it left out.
 
 Like the file tools, both run in a worker thread that is waited for and stops at the call's
 deadline itself (TimeoutError).
@@ -37,7 +38,15 @@ import regex
 from gliding.core.text import clip
 from gliding.errors import ConfinementError, ToolError
 from gliding.tools.base import CALL_TIMEOUT_S, Tool, ToolContext, check_deadline, prop, schema
-from gliding.tools.workspace import Located, check_path, display_path, locate, open_regular
+from gliding.tools.protected import context_guard, reachable
+from gliding.tools.workspace import (
+    Guard,
+    Located,
+    check_path,
+    display_path,
+    locate,
+    open_regular,
+)
 
 MAX_GLOB_RESULTS = 500
 MAX_GREP_LINE_CHARS = 300
@@ -174,15 +183,16 @@ class _Walk:
 def _tree(top: int, walk: _Walk, deadline: float | None, enter: Callable[[str], bool]
           ) -> Iterator[tuple[str, int, list[os.DirEntry[str]]]]:
     """(directory relative to ``top`` ('' for it), its descriptor, its entries by name) for
-    ``top`` and each directory below it whose name ``enter`` accepts; a directory's entries
-    come before its subdirectories'. The descriptor is open until the next step.
+    ``top`` and each directory below it whose path (relative to ``top``) ``enter`` accepts;
+    a directory's entries come before its subdirectories'. The descriptor is open until the
+    next step.
 
     Only the descriptors of the current path are open (MAX_WALK_DEPTH at most); ``top`` stays
     the caller's.
     """
     entries = _entries(top, walk, deadline)
     yield "", top, entries
-    stack = [(top, "", iter(_subdirs(entries, enter)))]
+    stack = [(top, "", iter(_subdirs(entries, enter, "")))]
     try:
         while stack and not walk.stopped:
             fd, rel, subdirs = stack[-1]
@@ -202,7 +212,7 @@ def _tree(top: int, walk: _Walk, deadline: float | None, enter: Callable[[str], 
             child_rel = f"{rel}/{name}" if rel else name
             stack.append((child, child_rel, iter(())))  # closed by the finally from here on
             entries = _entries(child, walk, deadline)
-            stack[-1] = (child, child_rel, iter(_subdirs(entries, enter)))
+            stack[-1] = (child, child_rel, iter(_subdirs(entries, enter, child_rel)))
             yield child_rel, child, entries
     finally:
         for fd, _, _ in stack:
@@ -229,8 +239,9 @@ def _entries(fd: int, walk: _Walk, deadline: float | None) -> list[os.DirEntry[s
     return sorted(found, key=lambda e: e.name)
 
 
-def _subdirs(entries: list[os.DirEntry[str]], enter: Callable[[str], bool]) -> list[str]:
-    return [e.name for e in entries if _is_dir(e) and enter(e.name)]
+def _subdirs(entries: list[os.DirEntry[str]], enter: Callable[[str], bool], rel: str
+             ) -> list[str]:
+    return [e.name for e in entries if _is_dir(e) and enter(posixpath.join(rel, e.name))]
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -240,11 +251,14 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-def glob(workspace: Path, pattern: str, *, deadline: float | None = None) -> str:
-    """Workspace-relative paths matching ``pattern``, sorted, dirs ending with '/'.
+def glob(workspace: Path, pattern: str, *, deadline: float | None = None,
+         guard: Guard | None = None) -> str:
+    """Workspace-relative paths matching ``pattern``, sorted, dirs ending with '/'; none
+    below a directory ``guard`` refuses.
 
     Raises:
-        ConfinementError: the pattern holds a NUL byte, is absolute or climbs out.
+        ConfinementError: the pattern holds a NUL byte, is absolute or climbs out, or names
+            (without wildcards) a path ``guard`` refuses.
         ToolError: the pattern is empty, or so complex that matching one path took over
             ``LINE_TIMEOUT_S``.
         TimeoutError: ``deadline`` passed.
@@ -259,7 +273,7 @@ def glob(workspace: Path, pattern: str, *, deadline: float | None = None) -> str
         )
     walk = _Walk()
     if not _MAGIC.search(norm):
-        kind = _kind(workspace, norm, refuse=True)
+        kind = _kind(workspace, norm, refuse=True, guard=guard)
         return _glob_result([norm + kind] if kind is not None else [], pattern, walk)
     parts = norm.split("/")
     literal = 0
@@ -269,7 +283,7 @@ def glob(workspace: Path, pattern: str, *, deadline: float | None = None) -> str
     compiled = glob_regex(norm)
     hidden = any(p.startswith(".") for p in parts)
     try:
-        base = locate(workspace, prefix or ".")
+        base = locate(workspace, prefix or ".", guard=guard)
     except ConfinementError:
         raise
     except ToolError:  # the literal prefix is missing or not a directory: nothing matches
@@ -278,15 +292,18 @@ def glob(workspace: Path, pattern: str, *, deadline: float | None = None) -> str
     with base:
         if not base.is_dir or base.fd is None:
             return _glob_result([], pattern, walk)
-        for sub, _, entries in _tree(base.fd, walk, deadline,
-                                     lambda n: hidden or not n.startswith(".")):
+        def enter(sub: str) -> bool:
+            return ((hidden or not posixpath.basename(sub).startswith("."))
+                    and reachable(guard, posixpath.join(base.real, sub)))
+
+        for sub, _, entries in _tree(base.fd, walk, deadline, enter):
             for entry in entries:
                 rel = posixpath.join(prefix, sub, entry.name)
                 if not _bounded(compiled.fullmatch, rel, deadline,
                                 lambda: f"to match {shown_pattern(pattern)} against one path"):
                     continue
                 if entry.is_symlink():
-                    kind = _kind(workspace, rel)
+                    kind = _kind(workspace, rel, guard=guard)
                     if kind is None:
                         continue  # it leads out of the workspace
                 else:
@@ -295,12 +312,13 @@ def glob(workspace: Path, pattern: str, *, deadline: float | None = None) -> str
     return _glob_result(sorted(found), pattern, walk)
 
 
-def _kind(workspace: Path, rel: str, *, refuse: bool = False) -> str | None:
+def _kind(workspace: Path, rel: str, *, refuse: bool = False,
+          guard: Guard | None = None) -> str | None:
     """'/' for a directory, '' for anything else, None when nothing is there (a dangling link
-    included) or ``rel`` leads out, which ``refuse`` makes a ConfinementError (a path the model
-    named, not one a walk found)."""
+    included) or ``rel`` leads out or where ``guard`` refuses, which ``refuse`` makes a
+    ConfinementError (a path the model named, not one a walk found)."""
     try:
-        with locate(workspace, rel) as found:
+        with locate(workspace, rel, guard=guard) as found:
             if found.st is None:
                 return None
             return "/" if found.is_dir else ""
@@ -323,16 +341,16 @@ def _glob_result(found: list[str], pattern: str, walk: _Walk) -> str:
 
 def grep(
     workspace: Path, pattern: str, path: str = ".", glob: str | None = None, *, max_matches: int,
-    deadline: float | None = None,
+    deadline: float | None = None, guard: Guard | None = None,
 ) -> str:
     """Lines matching the regex ``pattern`` as ``relpath:lineno:line``, at most ``max_matches``.
 
     Skips binary files (a NUL in the first 8 KiB), files over 5 MiB, files with several hard
-    links, VCS directories, and symlinks that lead out of the workspace; ``glob`` filters file
-    names (or relative paths when it holds a '/').
+    links, VCS directories, symlinks that lead out of the workspace and what ``guard``
+    refuses; ``glob`` filters file names (or relative paths when it holds a '/').
 
     Raises:
-        ConfinementError: ``path`` leaves the workspace.
+        ConfinementError: ``path`` leaves the workspace or ``guard`` refuses it.
         ToolError: a bad regex or one that backtracks too much, a NUL in ``glob``, or a missing
             path.
         TimeoutError: ``deadline`` passed.
@@ -347,11 +365,12 @@ def grep(
     more = 0
     skipped = {_Skip.BIG: 0, _Skip.LINKED: 0}
     walk = _Walk()
-    with locate(workspace, path) as top:
+    with locate(workspace, path, guard=guard) as top:
         if top.st is None:
             raise ToolError(f"no such file: {path}",
                             hint="call list_dir or glob to see what exists")
-        files = _texts(workspace, top, name_filter, bool(glob and "/" in glob), walk, deadline)
+        files = _texts(workspace, top, name_filter, bool(glob and "/" in glob), walk, deadline,
+                       guard)
         for rel, text in files:
             if isinstance(text, _Skip):
                 skipped[text] += 1
@@ -380,7 +399,8 @@ def grep(
 
 
 def _texts(workspace: Path, top: Located, name_filter: Any, by_path: bool, walk: _Walk,
-           deadline: float | None) -> Iterator[tuple[str, str | _Skip]]:
+           deadline: float | None, guard: Guard | None = None
+           ) -> Iterator[tuple[str, str | _Skip]]:
     """(path relative to ``top``, its text or why it is not searched) of each file to search,
     in walk order."""
     if not top.is_dir:
@@ -388,7 +408,11 @@ def _texts(workspace: Path, top: Located, name_filter: Any, by_path: bool, walk:
             yield "", _text(top.fd, deadline)
         return
     assert top.fd is not None
-    for sub, fd, entries in _tree(top.fd, walk, deadline, lambda n: n not in SKIP_DIRS):
+    def enter(sub: str) -> bool:
+        return (posixpath.basename(sub) not in SKIP_DIRS
+                and reachable(guard, posixpath.join(top.real, sub)))
+
+    for sub, fd, entries in _tree(top.fd, walk, deadline, enter):
         for entry in entries:
             rel = f"{sub}/{entry.name}" if sub else entry.name
             if name_filter is not None and not _bounded(
@@ -396,7 +420,7 @@ def _texts(workspace: Path, top: Located, name_filter: Any, by_path: bool, walk:
                     lambda: "to match the glob against one path"):
                 continue
             if entry.is_symlink():
-                text = _linked_text(workspace, posixpath.join(top.real, rel), deadline)
+                text = _linked_text(workspace, posixpath.join(top.real, rel), deadline, guard)
             elif entry.is_file(follow_symlinks=False):
                 text = _text_at(fd, entry.name, deadline)
             else:
@@ -405,11 +429,12 @@ def _texts(workspace: Path, top: Located, name_filter: Any, by_path: bool, walk:
                 yield rel, text
 
 
-def _linked_text(workspace: Path, rel: str, deadline: float | None) -> str | _Skip | None:
+def _linked_text(workspace: Path, rel: str, deadline: float | None,
+                 guard: Guard | None = None) -> str | _Skip | None:
     """The text of the file the symlink ``rel`` (from the root) leads to; None when it leads
-    out, to a directory or to nothing (not a file to search)."""
+    out or where ``guard`` refuses, to a directory or to nothing (not a file to search)."""
     try:
-        with open_regular(workspace, rel) as found:
+        with open_regular(workspace, rel, guard) as found:
             assert found.fd is not None
             return _text(found.fd, deadline)
     except ConfinementError as exc:
@@ -459,7 +484,8 @@ def _cut(line: str) -> str:
 
 async def _glob(args: dict[str, Any], ctx: ToolContext) -> str:
     return await anyio.to_thread.run_sync(
-        lambda: glob(ctx.workspace, args["pattern"], deadline=ctx.deadline)
+        lambda: glob(ctx.workspace, args["pattern"], deadline=ctx.deadline,
+                     guard=context_guard(ctx, write=False))
     )
 
 
@@ -472,6 +498,7 @@ async def _grep(args: dict[str, Any], ctx: ToolContext) -> str:
             args.get("glob"),
             max_matches=ctx.settings.grep_max_matches,
             deadline=ctx.deadline,
+            guard=context_guard(ctx, write=False),
         )
     )
 

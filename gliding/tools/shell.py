@@ -123,6 +123,12 @@ _ENTER = ('if [ -n "$0" ]; then echo $$ > "$0/cgroup.procs" || exit 126; fi; '
           'if [ -n "$1" ]; then echo $$ > "$1" || exit 126; fi; shift; exec "$@"')
 
 
+def entering(cgroup: Path | None, began: Path | None, argv: Sequence[str]) -> list[str]:
+    """``argv`` (the sandbox's) run by a host shell that first joins ``cgroup`` and writes its
+    pid to ``began`` (either may be None), then ``exec``s it, keeping its pid."""
+    return ["/bin/bash", "-c", _ENTER, str(cgroup or ""), str(began or ""), *argv]
+
+
 def stop_orphan(began: Path) -> bool:
     """Kill the process group of a command a killed job left running, if it still runs.
 
@@ -174,8 +180,7 @@ async def run_command(
     try:
         identity = identity_fds() if box.confined else (-1, -1)
         try:
-            argv = ["/bin/bash", "-c", _ENTER, str(cgroup or ""), str(began or ""),
-                    *box.argv(command, Path(cwd), identity)]
+            argv = entering(cgroup, began, box.argv(command, Path(cwd), identity))
             proc = await anyio.open_process(
                 argv,
                 stdin=subprocess.DEVNULL,

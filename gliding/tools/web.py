@@ -4,10 +4,12 @@
 ``web_fetch`` GETs an http(s) URL through the SSRF guard (``netguard``: only public addresses
 unless ``tools.web.allow`` says more, checked on the address actually connected to, on every
 redirect), within ``tools.web.timeout_s`` for the whole fetch and ``tools.web.max_bytes`` of
-body, and answers with the final URL, status, type and the page as text (HTML made readable:
-scripts, styles and markup dropped, headings, paragraphs and list items on lines of their own,
-links numbered at the end). Like every tool result the answer is archived whole in L0 and a
-large one reaches the prompt as its summary and IRI. Binary types are described, not shown.
+body (raw bytes read, and bytes decoded: a gzip or deflate body is inflated in bounded steps by
+``contentcoding``, a stacked or unknown coding refused), and answers with the final URL,
+status, type and the page as text (HTML made readable: scripts, styles and markup dropped,
+headings, paragraphs and list items on lines of their own, links numbered at the end). Like
+every tool result the answer is archived whole in L0 and a large one reaches the prompt as its
+summary and IRI. Binary types are described, not shown.
 
 ``web_search`` asks a ``SearchBackend``; the one shipped is SearXNG's JSON API
 (``tools.web.search.url``, https://docs.searxng.org/dev/search_api.html). The search service
@@ -26,6 +28,8 @@ from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
 import anyio
+import anyio.lowlevel
+import anyio.to_thread
 import httpcore
 import httpx
 
@@ -33,6 +37,7 @@ from gliding.config.settings import WebSettings
 from gliding.core.text import clip, one_line
 from gliding.errors import ToolError
 from gliding.tools.base import Tool, ToolContext, ToolGroup, prop, schema
+from gliding.tools.contentcoding import ACCEPTED, Inflater, codings
 from gliding.tools.netguard import (
     GuardedBackend,
     Policy,
@@ -184,33 +189,24 @@ async def fetch(url: str, settings: WebSettings, *, resolve: Resolver = system_r
     """``web_fetch``'s answer for ``url``.
 
     Raises:
-        ToolError: a URL that is not http(s), an address the guard refuses, a timeout, too many
-            redirects, or a failed request.
+        ToolError: a URL that is not http(s) or cannot be parsed, an address the guard refuses,
+            a timeout, too many redirects, a failed request, or a body in a content coding
+            that is stacked, unknown or corrupt.
     """
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ToolError(f"web_fetch: {clip(url, 200)!r} is not an http:// or https:// URL")
-    if parts.username or parts.password:
-        raise ToolError("web_fetch: URLs with a user name or password are refused")
+    url = url.strip()
+    host = _checked_host(url)
     policy = Policy.of(settings.allow)
-    check_url_host(parts.hostname, policy)
-    body = bytearray()
-    cut = False
+    check_url_host(host, policy)
     try:
         with anyio.fail_after(settings.timeout_s):
             async with httpx.AsyncClient(
                     transport=guarded_transport(policy, resolve), follow_redirects=True,
                     max_redirects=settings.max_redirects, trust_env=False,
                     timeout=settings.timeout_s,
-                    headers={"User-Agent": settings.user_agent,
+                    headers={"User-Agent": settings.user_agent, "Accept-Encoding": ACCEPTED,
                              "Accept": "text/html,text/plain,application/json;q=0.9,*/*;q=0.5"},
-            ) as client, client.stream("GET", url.strip()) as response:
-                async for chunk in response.aiter_bytes():
-                    room = settings.max_bytes - len(body)
-                    body += chunk[:room]
-                    if len(chunk) > room:
-                        cut = True
-                        break
+            ) as client, client.stream("GET", url) as response:
+                page = await _read(response, settings.max_bytes, url)
     except TimeoutError as exc:
         raise ToolError(f"web_fetch: {url} took more than {settings.timeout_s:g}s "
                         "(tools.web.timeout_s)") from exc
@@ -222,15 +218,97 @@ async def fetch(url: str, settings: WebSettings, *, resolve: Resolver = system_r
         if isinstance(cause, ToolError):  # the guard refused a connection, maybe a redirect's
             raise ToolError(cause.message, hint=cause.hint) from exc
         raise ToolError(f"web_fetch: {url} failed: {exc}") from exc
-    return _render(response, bytes(body), cut, settings, url.strip())
+    except (httpx.InvalidURL, UnicodeError) as exc:  # a redirect to a URL httpx cannot parse
+        raise ToolError(f"web_fetch: {url} failed: {clip(str(exc), 300)}") from exc
+    return await anyio.to_thread.run_sync(_render, response, page, settings, url)
 
 
-def _render(response: httpx.Response, body: bytes, cut: bool, settings: WebSettings,
-            asked: str) -> str:
+def _checked_host(url: str) -> str:
+    """The host of ``url``, once httpx can parse it as an http(s) URL without credentials.
+
+    Raises:
+        ToolError: any other URL (a bad IPv4 such as ``0177.0.0.1``, a broken IPv6 bracket, a
+            control character, an invalid international name, ...).
+    """
+    try:
+        parts = urlsplit(url)
+        host = httpx.URL(url).host  # the IDNA decoding of an xn-- name may fail here too
+    except (httpx.InvalidURL, ValueError) as exc:  # idna's errors are ValueErrors too
+        raise ToolError(f"web_fetch: {clip(url, 200)!r} is not a URL web_fetch can open: "
+                        f"{clip(str(exc), 200)}",
+                        hint="give a plain http:// or https:// URL with a host name or a "
+                             "dotted IPv4 address") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname or not host:
+        raise ToolError(f"web_fetch: {clip(url, 200)!r} is not an http:// or https:// URL")
+    if parts.username or parts.password:
+        raise ToolError("web_fetch: URLs with a user name or password are refused")
+    return parts.hostname
+
+
+@dataclass(frozen=True)
+class _Page:
+    """A body as web_fetch read it: decoded, whether it was cut, and how it came."""
+
+    body: bytes
+    cut: bool
+    coding: str | None = None  # the content coding it came in, None for none
+    wire: int = 0  # raw bytes read
+
+
+async def _read(response: httpx.Response, max_bytes: int, url: str) -> _Page:
+    """The body of ``url``: at most ``max_bytes`` raw bytes read and ``max_bytes`` decoded.
+
+    The raw stream is read (httpx would inflate each chunk whole, unbounded) and its coding
+    decoded here in bounded steps, with a checkpoint between steps.
+
+    Raises:
+        ToolError: a stacked, unknown or corrupt content coding.
+    """
+    try:
+        return await _read_coded(response, max_bytes)
+    except ToolError as exc:
+        raise ToolError(f"web_fetch: {url}: {exc.message}", hint=exc.hint) from exc
+
+
+async def _read_coded(response: httpx.Response, max_bytes: int) -> _Page:
+    """``_read`` without the URL in its errors."""
+    found = codings(response.headers.get("content-encoding", ""))
+    if len(found) > 1:
+        raise ToolError(f"the page came with Content-Encoding {', '.join(found)!r}: more than "
+                        "one content coding is refused (a page has no need of it; a "
+                        "compression bomb does)")
+    inflater = Inflater(found[0], max_bytes) if found else None
+    body, wire, cut = bytearray(), 0, False
+    async for chunk in response.aiter_raw():
+        room = max_bytes - wire
+        wire += min(len(chunk), room)
+        if inflater is None:
+            body += chunk[:room]
+        else:
+            for piece in inflater.feed(chunk[:room]):
+                body += piece
+                await anyio.lowlevel.checkpoint()
+        if len(chunk) > room:
+            cut = True
+            break
+        if inflater is not None and inflater.cut:
+            break
+    if inflater is not None:
+        if not cut:
+            for piece in inflater.end():
+                body += piece
+        cut = cut or inflater.cut
+    return _Page(bytes(body), cut, found[0] if found else None, wire)
+
+
+def _render(response: httpx.Response, page: _Page, settings: WebSettings, asked: str) -> str:
     final = str(response.url)
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = page.body
+    size = f"{len(body)} bytes" + (f" ({page.coding}, {page.wire} on the wire)"
+                                   if page.coding else "")
     head = f"GET {final} → {response.status_code} {response.reason_phrase}, " \
-           f"{kind or 'no content type'}, {len(body)} bytes"
+           f"{kind or 'no content type'}, {size}"
     if final != asked:
         head += f" (asked for {asked})"
     lines = [head]
@@ -247,7 +325,7 @@ def _render(response: httpx.Response, body: bytes, cut: bool, settings: WebSetti
             lines += ["", "Links:", *(f"[{n}] {link}" for n, link in enumerate(links, 1))]
     else:
         lines += ["", text]
-    if cut:
+    if page.cut:
         lines.append(f"[page cut at {settings.max_bytes} bytes (tools.web.max_bytes)]")
     return "\n".join(lines)
 

@@ -14,6 +14,11 @@ Two ways in:
   re-checked through /proc/self/fd, which also catches a directory moved out mid-walk. The
   file tools read and write only through such descriptors.
 
+Both take a ``guard``: called with the real path (from the root, every link resolved) of
+each directory the walk enters or makes and of what it finds, before anything is made or
+opened for the caller; it raises ConfinementError for a place inside the workspace the tools
+may not reach (``protected.tool_guard``: the data directory, a read-only git directory).
+
 A hard link inside the workspace to a file outside it cannot be told apart from an inside file
 by any path, so ``open_regular`` (what the file tools read through) refuses a regular file with
 more than one link; replacing such a file by name (write_file) is fine, since that changes
@@ -26,6 +31,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +43,11 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NODE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 MAX_LINKS = 40  # symlinks followed in one path, as the kernel's ELOOP limit
 MAX_TRIES = 8  # times one path is walked again when it changed underfoot
+
+Guard = Callable[[str, str], None]
+"""``guard(real, given)`` raises ConfinementError when the real path ``real`` ('/'-separated,
+from the workspace root, "." for the root), reached while walking the path ``given`` (as the
+model wrote it, for the message), may not be reached by the tool walking it."""
 
 
 def workspace_root(workspace: Path) -> str:
@@ -141,34 +152,37 @@ class Located:
         self.close()
 
 
-def locate(workspace: Path, rel: str, *, make_dirs: bool = False) -> Located:
+def locate(workspace: Path, rel: str, *, make_dirs: bool = False,
+           guard: Guard | None = None) -> Located:
     """Walk ``rel`` from the workspace root without ever leaving it (see the module docstring).
 
-    ``make_dirs`` creates missing parent directories (inside, by the same walk).
+    ``make_dirs`` creates missing parent directories (inside, by the same walk). ``guard``
+    sees every directory entered or made and the place found, first (module docstring).
 
     Raises:
-        ConfinementError: a bad path (``check_path``), or one that '..' or a symlink leads out.
+        ConfinementError: a bad path (``check_path``), one that '..' or a symlink leads out,
+            or one ``guard`` refuses.
         ToolError: a parent that is missing (without ``make_dirs``) or not a directory, too
             many symlinks, or a path that kept changing while it was walked.
     """
     check_path(rel)
     root = workspace_root(workspace)
     for _ in range(MAX_TRIES):
-        found = _walk(root, rel, make_dirs)
+        found = _walk(root, rel, make_dirs, guard)
         if found is not None:
             return found
     raise ToolError(f"path {rel!r} kept changing while it was opened",
                     hint="something else is renaming it; try again when it stops")
 
 
-def open_regular(workspace: Path, rel: str) -> Located:
+def open_regular(workspace: Path, rel: str, guard: Guard | None = None) -> Located:
     """``locate`` for reading a regular file: anything else is refused before one byte is read.
 
     Raises:
         ConfinementError: as ``locate``, or a file with several hard links (module docstring).
         ToolError: as ``locate``, nothing there, a directory, or a FIFO, socket or device.
     """
-    found = locate(workspace, rel)
+    found = locate(workspace, rel, guard=guard)
     shown = display_path(rel)
     try:
         if found.st is None:
@@ -205,8 +219,12 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-def _walk(root: str, rel: str, make_dirs: bool) -> Located | None:
+def _walk(root: str, rel: str, make_dirs: bool, guard: Guard | None) -> Located | None:
     """One walk of ``rel``; None when the path changed underfoot and should be walked again."""
+    def check(*parts: str) -> None:
+        if guard is not None:
+            guard("/".join([*names, *parts]) or ".", display_path(rel))
+
     try:
         root_fd = os.open(root, _DIR_FLAGS)
     except OSError as exc:
@@ -220,6 +238,7 @@ def _walk(root: str, rel: str, make_dirs: bool) -> Located | None:
                 todo.pop()
             if not todo:  # the path ended in '..': the directory it came back to is the target
                 if not names:
+                    check()
                     return _found(root, dirs, names, "", os.dup(root_fd))
                 name = names.pop()  # opened as a parent: open it again as the target
                 os.close(dirs.pop())
@@ -240,6 +259,7 @@ def _walk(root: str, rel: str, make_dirs: bool) -> Located | None:
                 fd = os.open(part, flags, dir_fd=dirs[-1])
             except OSError as exc:
                 if exc.errno == errno.ENOENT:
+                    check(part)
                     if last:
                         return _found(root, dirs, names, part, None)
                     if not make_dirs:
@@ -255,6 +275,7 @@ def _walk(root: str, rel: str, make_dirs: bool) -> Located | None:
                     except OSError:
                         return None  # gone again: walk again
                     if not stat.S_ISLNK(st.st_mode):
+                        check(part)
                         return _found(root, dirs, names, part, None, st)
                 elif exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise ToolError(f"cannot open {display_path(rel)}: {exc.strerror}") from exc
@@ -283,6 +304,11 @@ def _walk(root: str, rel: str, make_dirs: bool) -> Located | None:
                     target = inside
                 todo.extend(reversed(target.split("/")))
                 continue
+            try:
+                check(part)
+            except BaseException:
+                os.close(fd)
+                raise
             if last:
                 return _found(root, dirs, names, part, fd)
             dirs.append(fd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -311,3 +312,37 @@ def test_what_the_team_recorded_between_turns_is_shown_before_the_next(tmp_path:
     assert len(shown) == 1 and llm.requests[1].messages[-1] is shown[0]
     assert sum("teammate" in m.content for m in llm.requests[2].messages) == 1, "once, not again"
     env.archive.archive.close()
+
+
+# --- tool-call arguments are bounded: a huge one is refused, archived and stubbed --------------
+
+def test_a_huge_tool_argument_is_refused_archived_and_never_resent(tmp_path: Path) -> None:
+    """One reply with a 3 MB argument (issue 20: 60 MB took 3.4 GB and was re-sent in every
+    later prompt): the call does not run, the model is told why, the argument is archived
+    whole under an IRI, and every later prompt carries a stub of it, not the text."""
+    big = "x" * 3_000_000
+    llm = ScriptedLLM([call("write_file", path="big.txt", content=big),
+                       call("list_dir", path="."),
+                       call("finish", summary="done " + big),  # finish too
+                       call("finish", summary="done")])
+    env = _env(tmp_path, llm, "DA")
+    env.max_turns = 6
+    result = anyio.run(run_agent, env, "Goal: write big.txt")
+    assert result.status == "finished" and result.finish == {"summary": "done"}
+    assert not (tmp_path / "big.txt").exists()
+    refused = result.tools[0]
+    iri = "gliding://job/job1/arguments/DA-1"
+    assert not refused.ok and iri in refused.output and "was not run" in refused.output
+    assert refused.arguments["arguments_archived"] == iri  # the record holds the stub too
+    archived = env.archive.archive.get(iri)  # type: ignore[attr-defined]
+    assert archived.kind == "arguments" and len(archived.content) > 3_000_000
+    assert json.loads(archived.content)["content"] == big
+    cap = ContextEngine(env.context, env.counter, []).argument_cap
+    for request in llm.requests[1:]:  # every prompt after the reply stays small
+        assert sum(len(m.content) + sum(len(c.arguments_json()) for c in m.tool_calls)
+                   for m in request.messages) < 100_000
+    stub = llm.requests[1].messages[-2].tool_calls[0]
+    assert stub.arguments["arguments_archived"] == iri and stub.arguments["bytes"] > cap
+    finish_refused = llm.requests[3].messages[-1]
+    assert finish_refused.role == "tool" and "arguments/DA-3" in finish_refused.content
+    env.archive.archive.close()  # type: ignore[attr-defined]

@@ -160,9 +160,27 @@ async def test_a_payload_that_is_not_a_bus_message_is_logged_and_skipped(
             assert (await sub.receive()).message == tick(1)
             await bus.publish(topic, tick(2))  # the subscription is alive and well
             assert (await sub.receive()).message == tick(2)
+            refused = bus._refusals.count
     skipped = [entry for entry in logs if entry["event"] == "bus.mqtt.bad_payload"]
-    assert len(skipped) == 4
+    assert refused == 4  # each refused; the log says so once, not once each (a flood)
+    assert len(skipped) == 1 and skipped[0]["refused"] == 1
     assert all(entry["topic"] == topic and entry["log_level"] == "warning" for entry in skipped)
+
+
+async def test_low_malformed_payload_flood_logs_a_few_lines(broker: Mosquitto) -> None:
+    """1,000 malformed payloads: every one refused, a handful of warning lines (not 1,460)."""
+    host, port = parse_url(broker.url)
+    topic = "gliding/job/j1/events"
+    with anyio.fail_after(TIMEOUT_S), capture_logs() as logs:
+        async with MQTTBus(broker.url) as bus, bus.subscribe(topic) as sub:
+            async with aiomqtt.Client(host, port, protocol=aiomqtt.ProtocolVersion.V5) as raw:
+                for n in range(1000):
+                    await raw.publish(topic, f"junk {n}".encode(), qos=1)
+                await raw.publish(topic, tick(1).to_json(), qos=1)
+            assert (await sub.receive()).message == tick(1)
+            refused = bus._refusals.count
+    assert refused == 1000
+    assert len([e for e in logs if e["event"] == "bus.mqtt.bad_payload"]) <= 3
 
 
 async def test_a_full_subscription_holds_back_the_broker_not_memory(broker: Mosquitto) -> None:

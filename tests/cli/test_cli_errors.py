@@ -93,7 +93,7 @@ def test_scripted_model_on_the_command_line_is_exit_2(tmp_path: Path) -> None:
      "replies.yaml:1: DA reply 2: the arguments of 'finish' must be a mapping"),
     ("PA:\n  - finish: {steps: [a]}\nXX:\n  - text: hi\n", "replies.yaml:3: unknown role 'XX'"),
     ("DA:\n  - {a: 1, b: 2}\n", "replies.yaml:2: DA reply 1: a reply is one mapping"),
-    ("- just a list\n", "replies.yaml:1: a replies file maps roles"),
+    ("- just a list\n", "replies.yaml:1: not a replies file: a replies file maps roles"),
     ("DA: [\n", "replies.yaml"),
     ("DA:\n  - write_file: {path: a, content: 2024-01-01}\n",
      "replies.yaml:2: DA reply 1: the arguments of 'write_file' hold a date"),

@@ -554,3 +554,27 @@ def test_reading_a_missing_iri_is_a_tool_error_the_model_can_read(archive: Archi
 
     assert not out.ok
     assert out.output.startswith("error: ") and "result/nope" in out.output
+
+
+def test_a_call_with_arguments_past_the_cap_enters_the_prompt_as_a_stub() -> None:
+    """The engine's backstop (the loop refuses and archives such a call first): a call whose
+    arguments pass ``argument_cap`` is kept as a stub naming the message's IRI; calls under
+    the cap, and the prompts after, are untouched and small."""
+    from gliding.context.engine import MAX_ARGUMENT_BYTES, argument_cap
+
+    settings = small()
+    engine = ContextEngine(settings, COUNTER, list(PREFIX))
+    cap = engine.argument_cap
+    assert cap == argument_cap(settings) == 16 << 10  # the floor: a 1500-token window
+    assert argument_cap(ContextSettings(window=WindowSettings(max_tokens=10_000_000))) == \
+        MAX_ARGUMENT_BYTES
+    iri = str(turn_iri(JOB, "DA", 1))
+    small_call = ToolCall("c0", "write_file", {"path": "a.txt", "content": "y" * 100})
+    huge_call = ToolCall("c1", "write_file", {"path": "b.txt", "content": "x" * (cap + 1)})
+    engine.add(Message("assistant", "", (small_call, huge_call)), iri=iri)
+    kept = engine.prompt()[-1].tool_calls
+    assert kept[0] == small_call
+    assert kept[1].id == "c1" and kept[1].name == "write_file"
+    assert kept[1].arguments["arguments_archived"] == iri
+    assert kept[1].arguments["bytes"] == len(huge_call.arguments_json())
+    assert engine.stats.last_prompt_tokens < settings.window.max_tokens

@@ -327,3 +327,17 @@ def test_summary_mentions_the_read_back_tools_and_size() -> None:
         rf"\[text result archived as {re.escape(IRI)}: {nbytes(output)} bytes, 300 lines\. "
         r"Read it with read_result\(iri, offset, limit\) or grep_result\(iri, pattern\)\.\]",
         first)
+
+
+def test_a_call_is_routed_past_its_cap_only() -> None:
+    from gliding.context.router import arguments_size, route_call
+    from gliding.core.messages import ToolCall
+
+    call = ToolCall("c", "write_file", {"path": "a", "content": "é" * 50})
+    size = arguments_size(call)
+    assert size == len(call.arguments_json().encode())  # bytes, not characters
+    assert route_call(call, iri="gliding://job/j/arguments/DA-1", cap=size) == (call, None)
+    stub, seen = route_call(call, iri="gliding://job/j/arguments/DA-1", cap=size - 1)
+    assert seen == size and (stub.id, stub.name) == ("c", "write_file")
+    assert stub.arguments["arguments_archived"] == "gliding://job/j/arguments/DA-1"
+    assert arguments_size(stub) < 200

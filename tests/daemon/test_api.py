@@ -34,7 +34,7 @@ Test = Callable[[httpx.AsyncClient, Path], Awaitable[None]]
 async def api(tmp: Path) -> AsyncIterator[httpx.AsyncClient]:
     async with serving(tmp) as service:
         transport = httpx.ASGITransport(app=build_app(service, TOKEN))
-        async with httpx.AsyncClient(transport=transport, base_url="http://daemon") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield client
 
 

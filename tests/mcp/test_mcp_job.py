@@ -17,7 +17,7 @@ import pytest
 from gliding.agents.loop import AgentEnv, run_agent
 from gliding.agents.roles import load_role
 from gliding.bus.inproc import InProcessBus
-from gliding.config.settings import MCPSettings, Settings
+from gliding.config.settings import MCPSettings, Settings, ToolchainSettings, ToolSettings
 from gliding.config.task import load_task
 from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker, Limits
@@ -27,7 +27,7 @@ from gliding.memory.archive_port import LocalArchive
 from gliding.testing import ScriptedLLM, call
 from gliding.tools.base import ToolContext
 from gliding.tools.groups import job_groups
-from tests.mcp.mcp_support import alive, everything, group, read_pid
+from tests.mcp.mcp_support import MODULES, alive, everything, group, read_pid
 
 pytestmark = pytest.mark.heavy  # node servers, and a whole job
 
@@ -96,6 +96,8 @@ def test_a_scripted_job_calls_an_mcp_tool_and_succeeds(tmp_path: Path) -> None:
 
 
 def test_a_task_file_declares_its_own_server_and_its_job_uses_it(tmp_path: Path) -> None:
+    """The server runs in the job's command sandbox (docs/mcp.md): from the local install,
+    which the host's tools.toolchain.mounts lends it read-only, never from a download."""
     server = everything()
     (tmp_path / "task.yaml").write_text(json.dumps({
         "goal": "Echo a word with the task's own MCP server", "pipeline": ["DA"],
@@ -106,7 +108,10 @@ def test_a_task_file_declares_its_own_server_and_its_job_uses_it(tmp_path: Path)
     llm = ScriptedLLM({"DA": [call("mine__echo", message="hello"),
                               call("finish", summary="echoed")]})
 
-    handle = anyio.run(lambda: run_job(task, Settings(data_dir=tmp_path / "data"), llm=llm))
+    settings = Settings(data_dir=tmp_path / "data", tools=ToolSettings(
+        toolchain=ToolchainSettings(mounts=(str(MODULES.parent),))))
+
+    handle = anyio.run(lambda: run_job(task, settings, llm=llm))
 
     assert handle.report is not None and handle.report.outcome == "success", handle.report
     with Archive.open(tmp_path / "data", handle.report.job, create=False) as archive:

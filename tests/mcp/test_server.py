@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from mcp_types import CallToolResult
 
 from gliding.config.loader import load_settings
@@ -373,7 +375,16 @@ def test_streamable_http_on_localhost_runs_an_inline_task_and_stops_on_sigterm(
                         except OSError:
                             assert proc.poll() is None, "the server exited"
                             await anyio.sleep(0.1)
-                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                url = f"http://127.0.0.1:{port}/mcp"
+                token = (workdir / "data" / "mcp.token").read_text().strip()
+                async with httpx.AsyncClient() as http:  # no token, a wrong one: 401
+                    for headers in ({}, {"Authorization": "Bearer nope"}):
+                        refused = await http.post(url, headers=headers, json={})
+                        assert refused.status_code == 401, refused.text
+                        assert "bearer token" in refused.json()["error"]["message"]
+                bearer = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+                async with bearer, Client(streamable_http_client(url, http_client=bearer)
+                                          ) as client:
                     assert {t.name for t in (await client.list_tools()).tools} == TOOLS
                     inline = TASK + "workspace: inline-ws\n"
                     job = ok(await client.call_tool("submit_job", {
@@ -393,7 +404,8 @@ def test_streamable_http_on_localhost_runs_an_inline_task_and_stops_on_sigterm(
     # an inline task's relative workspace is taken from the server's working directory
     assert (workdir / "inline-ws" / "hello.txt").read_text(encoding="utf-8") == CONTENT
     assert code == 0, log
-    assert f"gliding mcp: serving at http://127.0.0.1:{port}/mcp" in log
+    assert f"gliding mcp: serving at http://127.0.0.1:{port}/mcp (bearer token in" in log
+    assert (workdir / "data" / "mcp.token").stat().st_mode & 0o777 == 0o600
     assert "Traceback" not in log, log
 
 

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 import anyio
 import pytest
+from structlog.testing import capture_logs
 
 from gliding.agents.loop import ToolRecord
 from gliding.bus.messages import CheckOutcome
@@ -109,6 +110,21 @@ def test_a_held_blackboard_degrades_to_no_l2_without_failing_the_job(tmp_path: P
         run(tmp_path)  # the store is locked by this process: the job runs without L2
     finally:
         holder.close()
+
+
+def test_a_corrupt_blackboard_degrades_to_no_l2_with_one_warning(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    board = blackboard_path(tmp_path / "data")
+    OxigraphBlackboard.open(board).close()
+    (board / "CURRENT").write_text("garbage")  # what one write_file into it once did
+
+    with capture_logs() as logs:
+        run(tmp_path)  # a success, without L2
+        run(tmp_path)  # and so is every later job of the data directory
+
+    warnings = [e for e in logs if e["event"] == "blackboard.unavailable"]
+    assert len(warnings) == 2 and "is damaged: Corruption" in warnings[0]["error"]
+    assert (board / "CURRENT").read_text() == "garbage"  # left as found, for the user to see
 
 
 def test_memory_search_finds_nodes_by_their_words(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ class TapedBus:
         self.tape.append(("publish", message))
         await self.bus.publish(topic, message)
 
-    def subscribe(self, pattern: str, *, max_buffer: int = 100
+    def subscribe(self, pattern: str, *, max_buffer: int = 100, unverified: bool = False
                   ) -> AbstractAsyncContextManager[Subscription]:
         return self.bus.subscribe(pattern, max_buffer=max_buffer)
 

@@ -17,12 +17,13 @@ import pytest
 from anyio.abc import SocketStream
 
 from gliding.bus import topics
+from gliding.bus.broker import write_broker_config
 from gliding.bus.messages import JobEvent
 from gliding.bus.mqtt import MQTTBus
 from gliding.bus.port import Bus, Subscription
 from gliding.config.settings import Settings
 from gliding.daemon.compose import run_job
-from gliding.daemon.runtime import open_bus
+from gliding.daemon.runtime import bus_auth, open_bus
 from gliding.errors import BusError
 from gliding.testing import ScriptedLLM
 from gliding.testing.servers import Mosquitto, mosquitto
@@ -76,7 +77,9 @@ def test_bus_url_is_the_broker_a_jobs_events_travel_through(
     seen: list[JobEvent] = []  # what an independent client of the broker saw
 
     async def main() -> None:
-        async with MQTTBus(broker.url) as observer, observer.subscribe("job/+/events") as sub:
+        # an observer holding the bus key (bus.auth is on by default: signed messages)
+        async with MQTTBus(broker.url, auth=bus_auth(settings)) as observer, \
+                observer.subscribe("job/+/events") as sub:
             handle = await run_job(task, settings, llm=ScriptedLLM([team()] * 20),
                                    on_event=shown.append)
             assert handle.report is not None and handle.report.outcome == "success"
@@ -255,7 +258,7 @@ def test_max_buffer_is_what_a_subscription_holds_before_it_holds_the_bus_back(
     async def main() -> None:
         async with (
             open_bus(settings) as bus,
-            MQTTBus(broker.url) as publisher,
+            MQTTBus(broker.url, auth=bus_auth(settings)) as publisher,
             bus.subscribe(TOPIC) as full,
             bus.subscribe(TOPIC, max_buffer=PUBLISHED) as other,
         ):
@@ -271,3 +274,129 @@ def test_max_buffer_is_what_a_subscription_holds_before_it_holds_the_bus_back(
     assert got["other_while_full"] == list(range(held))
     assert got["full"] == list(range(PUBLISHED))  # none lost, in order
     assert got["other_while_full"] + got["other_after"] == list(range(PUBLISHED))
+
+
+# --- bus.auth ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("auth", [None, "false"])
+def test_auth_decides_whether_a_plain_message_from_anyone_is_believed(
+    tmp: Path, broker: Mosquitto, auth: str | None
+) -> None:
+    assert DEFAULTS.auth is True
+    env = {"GLIDING_BUS__URL": broker.url, **({"GLIDING_BUS__AUTH": auth} if auth else {})}
+    settings = settings_from(tmp, env)
+    got: list[int] = []
+
+    async def main() -> None:
+        async with open_bus(settings) as bus, bus.subscribe(TOPIC) as sub, \
+                MQTTBus(broker.url) as stranger:  # no key: plain messages
+            await stranger.publish(TOPIC, tick(1))
+            await bus.publish(TOPIC, tick(2))  # its own: signed when auth is on
+            for _ in range(2 if auth else 1):
+                got.append((await sub.receive()).message.data["n"])  # type: ignore[union-attr]
+
+    anyio.run(within, 20, main)
+    assert got == ([1, 2] if auth == "false" else [2])  # on: the stranger's is refused
+    assert (settings.data_dir / "bus.key").exists() == (auth is None)
+
+
+# --- bus.key_file -----------------------------------------------------------------------------
+
+
+def test_key_file_is_the_key_a_process_signs_with(tmp: Path, broker: Mosquitto) -> None:
+    assert DEFAULTS.key_file is None  # <data_dir>/bus.key
+    env = {"GLIDING_BUS__URL": broker.url}
+    shared = tmp / "shared.key"
+    a = settings_from(tmp, {**env, "GLIDING_DATA_DIR": str(tmp / "a"),
+                            "GLIDING_BUS__KEY_FILE": str(shared)})
+    b = settings_from(tmp, {**env, "GLIDING_DATA_DIR": str(tmp / "b"),
+                            "GLIDING_BUS__KEY_FILE": str(shared)})
+    c = settings_from(tmp, {**env, "GLIDING_DATA_DIR": str(tmp / "c")})  # its own key
+    got: list[int] = []
+
+    async def main() -> None:
+        async with open_bus(a) as bus_a, bus_a.subscribe(TOPIC) as sub, open_bus(b) as bus_b, \
+                open_bus(c) as bus_c:
+            await bus_c.publish(TOPIC, tick(3))  # another key: refused
+            await bus_b.publish(TOPIC, tick(2))  # the same key file: believed
+            got.append((await sub.receive()).message.data["n"])  # type: ignore[union-attr]
+
+    anyio.run(within, 20, main)
+    assert got == [2]
+    assert shared.exists() and (tmp / "c" / "bus.key").exists()
+    assert not (tmp / "a" / "bus.key").exists()
+
+
+# --- bus.max_message_bytes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [None, 4096])
+def test_max_message_bytes_is_the_largest_message_sent_or_taken(
+    tmp: Path, broker: Mosquitto, limit: int | None
+) -> None:
+    assert DEFAULTS.max_message_bytes == 16 * 1024 * 1024
+    env = {"GLIDING_BUS__URL": broker.url, "GLIDING_BUS__AUTH": "false"}
+    small = settings_from(tmp, {**env, **(
+        {"GLIDING_BUS__MAX_MESSAGE_BYTES": str(limit)} if limit else {})})
+    big = JobEvent(job="effects", event="big", data={"text": "x" * 8000})
+
+    result: list[str] = []
+
+    async def main() -> None:
+        async with open_bus(small) as bus, bus.subscribe(TOPIC) as sub, \
+                MQTTBus(broker.url) as other:  # a sender with the default limit
+            try:
+                await bus.publish(TOPIC, big)
+                sent = "sent"
+            except BusError as exc:
+                sent = exc.message
+            await other.publish(TOPIC, big)
+            await other.publish(TOPIC, tick(1))
+            first = (await sub.receive()).message
+            second = (await sub.receive()).message if first != tick(1) else None
+            result.append(f"{sent}|{first == big}|{second}")
+
+    anyio.run(within, 20, main)
+    outcome = result[0]
+    if limit is None:
+        assert outcome.startswith("sent|True")
+    else:  # neither sent nor taken: only the small tick arrives
+        assert "over bus.max_message_bytes (4096)" in outcome and outcome.endswith("|False|None")
+
+
+# --- bus.username, bus.password_file ----------------------------------------------------------
+
+
+def test_username_and_password_file_are_the_brokers_credentials(tmp: Path) -> None:
+    assert DEFAULTS.username is None and DEFAULTS.password_file is None
+    (tmp / "mosquitto").mkdir()
+    server = Mosquitto(tmp / "mosquitto")
+    files = write_broker_config(tmp / "conf", workers=["box1"], port=server.port)
+    server.config.write_text(files.config.read_text())
+    env = {"GLIDING_BUS__URL": server.url, "GLIDING_BUS__AUTH": "false"}
+    password = str(files.passwords["gliding"])
+    tries = {"none": {}, "wrong user": {"GLIDING_BUS__USERNAME": "box1",
+                                        "GLIDING_BUS__PASSWORD_FILE": password},
+             "right": {"GLIDING_BUS__USERNAME": "gliding",
+                       "GLIDING_BUS__PASSWORD_FILE": password}}
+    outcome: dict[str, str] = {}
+
+    async def connect_each() -> None:
+        for name, more in tries.items():
+            settings = settings_from(tmp, {**env, "GLIDING_BUS__CONNECT_TIMEOUT_S": "3", **more})
+            try:
+                async with open_bus(settings) as bus:
+                    await round_trip(bus, 1)
+                outcome[name] = "ok"
+            except BusError as exc:
+                outcome[name] = exc.message
+
+    server.start()
+    try:
+        anyio.run(within, 30, connect_each)
+    finally:
+        server.stop()
+    assert outcome["right"] == "ok"
+    assert outcome["none"].startswith("cannot connect") and outcome["wrong user"].startswith(
+        "cannot connect")

@@ -83,6 +83,8 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_web.test_web_search_timeout_s_bounds_a_search"],
     "tools.sandbox": ["test_settings_tools.test_sandbox_decides_whether_a_command_sees_the_host"],
     "tools.network": ["test_settings_tools.test_network_lets_a_sandboxed_command_connect"],
+    "tools.allow_home_dot_workspaces": [
+        "test_settings_tools.test_allow_home_dot_workspaces_admits_a_workspace_in_a_home_dot_directory"],
     "tools.toolchain.auto": [
         "test_settings_toolchain.test_toolchain_auto_mounts_what_the_callers_path_resolves_to"],
     "tools.toolchain.mounts": [
@@ -200,6 +202,15 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "bus.max_buffer": [
         "test_settings_bus."
         "test_max_buffer_is_what_a_subscription_holds_before_it_holds_the_bus_back"],
+    "bus.auth": [
+        "test_settings_bus.test_auth_decides_whether_a_plain_message_from_anyone_is_believed"],
+    "bus.key_file": ["test_settings_bus.test_key_file_is_the_key_a_process_signs_with"],
+    "bus.max_message_bytes": [
+        "test_settings_bus.test_max_message_bytes_is_the_largest_message_sent_or_taken"],
+    "bus.username": [
+        "test_settings_bus.test_username_and_password_file_are_the_brokers_credentials"],
+    "bus.password_file": [
+        "test_settings_bus.test_username_and_password_file_are_the_brokers_credentials"],
     "daemon.heartbeat_s": [
         "test_settings_workers.test_heartbeat_s_is_how_often_a_worker_says_it_is_alive"],
     "daemon.lease_s": [

@@ -12,8 +12,11 @@ import anyio
 import pytest
 
 from gliding.config.settings import Settings
+from gliding.daemon.compose import run_job
+from gliding.errors import TaskFileError
+from gliding.testing import ScriptedLLM, call
 from gliding.tools.shell import run_command
-from tests.settings_effects.effects_support import run_one_tool, settings_from
+from tests.settings_effects.effects_support import run_one_tool, settings_from, write_task
 
 DEFAULTS = Settings().tools
 
@@ -112,6 +115,33 @@ def test_env_allow_is_the_list_of_variables_bash_sees(
     output = run_one_tool(tmp, settings, "bash", command=PROBE)
 
     assert output.splitlines() == ["exit code 0", expected.format(home=tmp)]
+
+
+# --- tools.allow_home_dot_workspaces ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [None, "true"], ids=["default", "true"])
+def test_allow_home_dot_workspaces_admits_a_workspace_in_a_home_dot_directory(
+    tmp: Path, monkeypatch: pytest.MonkeyPatch, value: str | None
+) -> None:
+    home = tmp / "home"
+    (home / ".config").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    env = {} if value is None else {"GLIDING_TOOLS__ALLOW_HOME_DOT_WORKSPACES": value}
+    settings = settings_from(tmp, env)
+    task = write_task(tmp, "goal: Write a.txt\npipeline: [DA]\nworkspace: ~/.config/app\n")
+    llm = ScriptedLLM({"DA": [call("write_file", path="a.txt", content="hi"),
+                              call("finish", summary="done")]})
+
+    if value is None:
+        with pytest.raises(TaskFileError, match="inside .*/home/.config, a dot-directory"):
+            anyio.run(lambda: run_job(task, settings, llm=llm))
+        assert not (home / ".config" / "app").exists() and not (tmp / "data").exists()
+        assert DEFAULTS.allow_home_dot_workspaces is False
+    else:
+        handle = anyio.run(lambda: run_job(task, settings, llm=llm))
+        assert handle.report is not None and handle.report.outcome == "success"
+        assert (home / ".config" / "app" / "a.txt").read_text(encoding="utf-8") == "hi"
 
 
 # --- tools.sandbox, tools.network, tools.limits.* ---------------------------------------------

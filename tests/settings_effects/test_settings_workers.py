@@ -15,13 +15,14 @@ import anyio
 import pytest
 
 from gliding.bus import topics
+from gliding.bus.auth import root_keyring, worker_key, write_key_file
 from gliding.bus.inproc import InProcessBus
 from gliding.bus.messages import Claim, GrantMsg, Heartbeat, JobEvent, WorkItem
 from gliding.bus.mqtt import MQTTBus
 from gliding.config.settings import Settings
 from gliding.context.tokens import TokenCounter
 from gliding.daemon.compose import JobHandle, run_job
-from gliding.daemon.runtime import Runtime, open_bus
+from gliding.daemon.runtime import Runtime, bus_auth, bus_key_path, open_bus
 from gliding.daemon.workers import WorkerService
 from gliding.testing.clock import autojump
 from gliding.testing.servers import Mosquitto, mosquitto
@@ -99,8 +100,9 @@ async def lease_lapse(tmp: Path, settings: Settings) -> tuple[float, JobEvent]:
     task = write_task(tmp, DA_TASK)
     (tmp / "replies.yaml").write_text(REPLIES, encoding="utf-8")
     assert settings.bus.url is not None
+    root_keyring(bus_key_path(settings))  # the ghost is enrolled: it signs as worker "ghost"
     async with (
-        MQTTBus(settings.bus.url) as ghost,
+        MQTTBus(settings.bus.url, auth=bus_auth(settings, worker="ghost")) as ghost,
         ghost.subscribe(topics.work("DA")) as offers,  # not the workers' shared group
         ghost.subscribe(topics.grants("ghost")) as grants,
         ghost.subscribe("job/+/events") as events,
@@ -160,8 +162,9 @@ async def job_beside_a_worker(tmp: Path, job_settings: Settings,
     services: list[WorkerService] = []
 
     async def serve(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        async with Runtime.open(worker_settings) as rt, open_bus(worker_settings) as bus:
-            services.append(WorkerService(worker_settings, bus, rt, name="w1"))
+        async with Runtime.open(worker_settings) as rt, open_bus(worker_settings,
+                                                                 worker="w1.1") as bus:
+            services.append(WorkerService(worker_settings, bus, rt, name="w1.1"))
             await services[0].serve(task_status=task_status)
 
     async with anyio.create_task_group() as tg:
@@ -178,7 +181,11 @@ def test_agents_decides_whether_workers_or_the_jobs_own_process_run_its_roles(
 ) -> None:
     assert DEFAULTS.agents == "local"
     env = {"GLIDING_BUS__URL": broker.url, "GLIDING_MEMORY__VECTORS__ENABLED": "false"}
-    worker_settings = settings_from(tmp, {**env, "GLIDING_DATA_DIR": str(tmp / "worker")})
+    key = root_keyring(bus_key_path(settings_from(tmp, env)))  # the job's root key
+    worker_key_file = tmp / "w1.bus.key"
+    write_key_file(worker_key_file, worker_key(key.key, "w1"), "w1")  # enrolled as w1
+    worker_settings = settings_from(tmp, {**env, "GLIDING_DATA_DIR": str(tmp / "worker"),
+                                          "GLIDING_BUS__KEY_FILE": str(worker_key_file)})
     worker_settings.data_dir.mkdir()
     if agents is not None:
         env["GLIDING_DAEMON__AGENTS"] = agents

@@ -7,9 +7,13 @@ test opens go to a server on 127.0.0.1 that the test's own allow-list admits.
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 import threading
 import time
+import tracemalloc
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -20,6 +24,7 @@ import pytest
 from gliding.config.settings import Settings, WebSettings
 from gliding.errors import ToolError
 from gliding.tools.base import ToolContext
+from gliding.tools.contentcoding import STEP, Inflater, codings
 from gliding.tools.netguard import GuardedBackend, Policy
 from gliding.tools.web import SearxngSearch, WebGroup, fetch, html_to_text
 
@@ -40,8 +45,10 @@ paragraph.</p><ul><li>one</li><li>two</li></ul><p>Outcome: fine</p></body></html
 
 class _Handler(BaseHTTPRequestHandler):
     routes: dict[str, tuple[int, dict[str, str], bytes, float]] = {}
+    asked: list[dict[str, str]] = []  # the headers of every request, in order
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.asked.append(dict(self.headers.items()))
         path = self.path.split("?")[0]
         status, headers, body, delay = self.routes.get(path, (404, {}, b"missing", 0.0))
         if delay:
@@ -75,6 +82,7 @@ def server() -> Iterator[str]:
         httpd.shutdown()
         httpd.server_close()
         _Handler.routes = {}
+        _Handler.asked = []
 
 
 class Recorder(httpcore.AsyncNetworkBackend):
@@ -280,6 +288,138 @@ def test_html_to_text_drops_markup_and_keeps_structure() -> None:
     assert title == "The Test & Page"
     assert links == ["https://example.org/next"]
     assert text.splitlines()[0] == "Heading"
+
+
+# --- content codings: bounded decoding ----------------------------------------------------
+
+
+def _gzip(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+@pytest.fixture(scope="module")
+def zeros_gz() -> bytes:
+    """64 MiB of zeros, gzipped: about 64 KB on the wire."""
+    return _gzip(bytes(64 << 20))
+
+
+async def test_gzip_and_deflate_pages_are_decoded_and_the_request_asks_for_them(
+    server: str, recorder: Recorder
+) -> None:
+    text = ("hello, compressed world\n" * 200).encode()
+    raw_deflate = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    _Handler.routes = {
+        "/gz": (200, {"Content-Type": "text/plain", "Content-Encoding": "gzip"},
+                _gzip(text), 0.0),
+        "/zlib": (200, {"Content-Type": "text/plain", "Content-Encoding": "deflate"},
+                  zlib.compress(text), 0.0),
+        "/raw": (200, {"Content-Type": "text/plain", "Content-Encoding": "Deflate, identity"},
+                 raw_deflate.compress(text) + raw_deflate.flush(), 0.0),
+        "/members": (200, {"Content-Type": "text/plain", "Content-Encoding": "x-gzip"},
+                     _gzip(text[:100]) + _gzip(text[100:]), 0.0)}
+    settings = web(allow=("127.0.0.1",))
+
+    for path in ("/gz", "/zlib", "/raw", "/members"):
+        answer = await fetch(f"{server}{path}", settings)
+        head, _, body = answer.partition("\n\n")
+        assert body == text.decode(), path
+        assert re.search(rf"text/plain, {len(text)} bytes \((x-)?(gzip|deflate), \d+ on the "
+                         r"wire\)$", head), head
+    assert {h.get("Accept-Encoding") for h in _Handler.asked} == {"gzip, deflate"}
+
+
+async def test_a_gzip_bomb_is_inflated_no_further_than_max_bytes(
+    server: str, recorder: Recorder, zeros_gz: bytes
+) -> None:
+    """64 KB on the wire that inflate to 64 MiB: reading stops at max_bytes of decoded text,
+    and memory stays near it (httpx inflated a whole 64 KB network chunk at once: 64 MiB)."""
+    _Handler.routes = {"/bomb": (200, {"Content-Type": "text/plain",
+                                       "Content-Encoding": "gzip"}, zeros_gz, 0.0)}
+    settings = web(allow=("127.0.0.1",), max_bytes=1 << 20)
+
+    tracemalloc.start()
+    try:
+        started = time.monotonic()
+        answer = await fetch(f"{server}/bomb", settings)
+        took = time.monotonic() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    assert peak < 16 << 20, f"peak {peak >> 20} MiB"
+    assert took < 10
+    assert re.search(rf"text/plain, {1 << 20} bytes \(gzip, \d+ on the wire\)$",
+                     answer.splitlines()[0])
+    assert answer.endswith(f"[page cut at {1 << 20} bytes (tools.web.max_bytes)]")
+
+
+async def test_a_stacked_coding_is_refused_at_once(server: str, recorder: Recorder,
+                                                   zeros_gz: bytes) -> None:
+    """The attack: a small page sent as ``gzip, gzip`` (here 64 MiB twice gzipped, a few
+    hundred bytes on the wire) is refused before anything is inflated."""
+    bomb = _gzip(zeros_gz)
+    assert len(bomb) < 4096
+    _Handler.routes = {"/bomb": (200, {"Content-Type": "text/html",
+                                       "Content-Encoding": "gzip, gzip"}, bomb, 0.0)}
+
+    tracemalloc.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ToolError) as caught:
+            await fetch(f"{server}/bomb", web(allow=("127.0.0.1",)))
+        took = time.monotonic() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    assert caught.value.message == (
+        f"web_fetch: {server}/bomb: the page came with Content-Encoding 'gzip, gzip': more "
+        "than one content coding is refused (a page has no need of it; a compression bomb "
+        "does)")
+    assert took < 5 and peak < 4 << 20
+
+
+async def test_an_unknown_or_corrupt_coding_is_a_clear_error(server: str,
+                                                             recorder: Recorder) -> None:
+    _Handler.routes = {
+        "/br": (200, {"Content-Type": "text/plain", "Content-Encoding": "br"}, b"\x0b\x02", 0.0),
+        "/bad": (200, {"Content-Type": "text/plain", "Content-Encoding": "gzip"},
+                 b"\x1f\x8b not gzip at all", 0.0)}
+    settings = web(allow=("127.0.0.1",))
+
+    with pytest.raises(ToolError, match="came with Content-Encoding 'br', which web_fetch does "
+                                        r"not decode \(it asks for gzip, deflate\)"):
+        await fetch(f"{server}/br", settings)
+    with pytest.raises(ToolError, match="the page is not valid gzip data"):
+        await fetch(f"{server}/bad", settings)
+
+
+def test_the_inflater_yields_bounded_steps_up_to_its_limit_however_the_input_is_cut() -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB
+    packed = _gzip(data)
+    for size in (1, 7, 4096, len(packed)):
+        inflater = Inflater("gzip", 300_000)
+        pieces = [p for i in range(0, len(packed), size)
+                  for p in inflater.feed(packed[i:i + size])]
+        pieces += list(inflater.end())
+        assert max(len(p) for p in pieces) <= STEP
+        assert b"".join(pieces) == data[:300_000] and inflater.cut
+    whole = Inflater("gzip", len(data))
+    out = b"".join([*whole.feed(packed), *whole.end()])
+    assert out == data and not whole.cut  # exactly the limit is not a cut
+    assert codings(" gzip , Identity,") == ("gzip",)
+    assert codings("identity") == ()
+
+
+@pytest.mark.parametrize("url", ["http://0177.0.0.1/", "http://[::1/", "http://xn--/",
+                                 "http://\x00x/", "http://256.1.1.1/"])
+async def test_low_web_fetch_invalid_url(url: str, recorder: Recorder) -> None:
+    """A URL httpx cannot parse is a tool error the model reads, not httpx's InvalidURL (or
+    idna's or urllib's ValueError) escaping the tool."""
+    with pytest.raises(ToolError, match="is not a URL web_fetch can open") as caught:
+        await fetch(url, web(), resolve=stub({}))
+    assert caught.value.hint and "http://" in caught.value.hint
+    assert recorder.dialled == []
 
 
 # --- web_search and the group ----------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 
 from gliding.agents.worker import failed_answer
 from gliding.bus import topics
+from gliding.bus.auth import digest
 from gliding.bus.inproc import InProcessBus
 from gliding.bus.messages import Assignment, Claim, GrantMsg, WorkItem
 from gliding.config.loader import load_settings
@@ -68,7 +69,8 @@ async def test_an_offer_delivered_twice_is_claimed_once(tmp_path: Path) -> None:
             _t, claim = await inbox.receive()
             claims.append(claim)
             await bus.publish(topics.grants("w1"), GrantMsg(job="j1", key=item.key, epoch=1,
-                                                            worker="w1", granted=True))
+                                                            worker="w1", granted=True,
+                                                            item=digest(item.to_json())))
             await bus.publish(topics.work("DA"), item)  # and once more while it runs
             with anyio.move_on_after(1.0):
                 claims.append((await inbox.receive())[1])

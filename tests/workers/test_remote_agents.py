@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
+from gliding.bus.auth import root_keyring
 from gliding.bus.messages import JobEvent
 from gliding.config.loader import load_settings
 from gliding.config.settings import Settings
@@ -51,9 +52,14 @@ def broker() -> Iterator[Mosquitto]:
 
 
 def settings_for(tmp: Path, url: str, data: str, **more: Any) -> Settings:
+    root_keyring(tmp / "data" / "bus.key")  # what the job's process makes: workers read it
     return load_settings(env={}, overrides={
         "data_dir": str(tmp / data), "bus.url": url, "daemon.agents": "workers",
-        "daemon.heartbeat_s": 0.2, "daemon.lease_s": 2.0, "memory.vectors.enabled": False,
+        "bus.key_file": str(tmp / "data" / "bus.key"),  # the job's root key: workers sign
+        # with it as themselves (a worker key of their own: tests/workers/test_bus_trust.py)
+        # a lease of 25 heartbeats: a loaded CI machine (2 cores, 2 busy loops) once stalled a
+        # worker past a 2 s lease, and the lapse handed AA's work out twice
+        "daemon.heartbeat_s": 0.2, "daemon.lease_s": 5.0, "memory.vectors.enabled": False,
         **more})
 
 
@@ -70,8 +76,9 @@ async def run_with_workers(tmp: Path, url: str, remote: tuple[bool, ...]
 
             async def serve(ws: Settings = ws, is_remote: bool = is_remote, *,
                             task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-                async with Runtime.open(ws) as rt, open_bus(ws) as bus:
-                    service = WorkerService(ws, bus, rt, remote=is_remote, name=f"w{len(services)}")
+                name = f"w{len(services)}.0"
+                async with Runtime.open(ws) as rt, open_bus(ws, worker=name) as bus:
+                    service = WorkerService(ws, bus, rt, remote=is_remote, name=name)
                     services.append(service)
                     await service.serve(task_status=task_status)
 
@@ -131,8 +138,8 @@ async def _outage_then_resume(tmp: Path, url: str, provider: FakeProvider
     ws = settings_for(tmp, url, "data", **more)
     async with anyio.create_task_group() as tg:
         async def serve(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-            async with Runtime.open(ws) as rt, open_bus(ws) as bus:
-                await WorkerService(ws, bus, rt, remote=False, name="w0").serve(
+            async with Runtime.open(ws) as rt, open_bus(ws, worker="w0.0") as bus:
+                await WorkerService(ws, bus, rt, remote=False, name="w0.0").serve(
                     task_status=task_status)
 
         await tg.start(serve)

@@ -52,10 +52,17 @@ def env_for(broker: Mosquitto, endpoint: str) -> dict[str, str]:
 
 
 def start_worker(tmp: Path, env: dict[str, str], name: str) -> tuple[subprocess.Popen[str], Path]:
+    """Enrol ``name`` (its key from the root key of ``data``, as an operator does on the
+    daemon's host) and start it with that key only."""
+    key = tmp / f"{name}.bus.key"
+    if not key.exists():
+        subprocess.run([str(GLIDING), "worker", "init", name, "--out", str(key), "--data-dir",
+                        "data"], cwd=tmp, env=env, check=True, capture_output=True, timeout=60)
     log = tmp / f"{name}.log"
     with log.open("w") as sink:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen([str(GLIDING), "worker", "--remote", "--data-dir", name,
-                                 "--roles", "PA,DA,CA,AA"], cwd=tmp, env=env, text=True,
+                                 "--roles", "PA,DA,CA,AA"], cwd=tmp,
+                                env={**env, "GLIDING_BUS__KEY_FILE": str(key)}, text=True,
                                 stdout=sink, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while "serving PA,DA,CA,AA" not in log.read_text():

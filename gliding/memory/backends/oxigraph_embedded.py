@@ -104,7 +104,8 @@ class OxigraphBlackboard:
         """Open (creating if needed) the store in directory ``path``.
 
         Raises:
-            BlackboardError: the directory cannot be used, e.g. another process holds it.
+            BlackboardError: the directory cannot be used, e.g. another process holds it, or
+                the store in it is damaged (RocksDB's ``Corruption``, a RuntimeError).
         """
         try:
             store = Store(str(path))
@@ -113,6 +114,12 @@ class OxigraphBlackboard:
                 f"cannot open the blackboard store in {path}: {exc}",
                 hint="if another process holds it, share it with `oxigraph serve --location "
                 f"{path}` and the SPARQL endpoint backend",
+            ) from exc
+        except RuntimeError as exc:  # what pyoxigraph raises for a damaged store
+            raise BlackboardError(
+                f"the blackboard store in {path} is damaged: {exc}",
+                hint=f"move {path} aside: the next job makes a new, empty one (the job "
+                "archives still hold every node revision, as JSON-LD)",
             ) from exc
         return cls(store, location=str(path), max_limit=max_limit, max_queries=max_queries,
                    query_memory_bytes=query_memory_bytes)
@@ -157,7 +164,7 @@ class OxigraphBlackboard:
                     (q.predicate, q.object)
                     for q in self.store.quads_for_pattern(subject, None, None, graph_name)
                 ]
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a damaged store
             raise BlackboardError(f"cannot read {iri} from {graph}: {exc}") from exc
         try:
             return node_from_terms(iri, pairs)
@@ -200,7 +207,7 @@ class OxigraphBlackboard:
                 if graph_name is None:
                     return len(self.store)
                 return sum(1 for _ in self.store.quads_for_pattern(None, None, None, graph_name))
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a damaged store
             raise BlackboardError(f"cannot count the triples of {self._location}: {exc}") from exc
 
     def close(self) -> None:
@@ -208,7 +215,7 @@ class OxigraphBlackboard:
         if store is not None and self._location != ":memory:":
             try:
                 store.flush()
-            except OSError as exc:
+            except (OSError, RuntimeError) as exc:  # RuntimeError: a damaged store
                 raise BlackboardError(f"cannot flush {self._location}: {exc}") from exc
 
     def __enter__(self) -> OxigraphBlackboard:
