@@ -120,7 +120,9 @@ def _kill_group(pgid: int) -> None:
 # pid to the mark ($1, may be empty), then become the sandbox (the rest); the pid stays the
 # session leader that stop_orphan looks for
 _ENTER = ('if [ -n "$0" ]; then echo $$ > "$0/cgroup.procs" || exit 126; fi; '
-          'if [ -n "$1" ]; then echo $$ > "$1" || exit 126; fi; shift; exec "$@"')
+          'if [ -n "$1" ]; then echo $$ > "$1" || exit 126; fi; shift; umask 022; exec "$@"')
+# umask 022 for the command (after its begin mark, which stays private): Gliding's own files are
+# born 0600 (daemon/private.py), a workspace's files are the user's, with their usual modes
 
 
 def entering(cgroup: Path | None, began: Path | None, argv: Sequence[str]) -> list[str]:

@@ -230,3 +230,21 @@ def test_low_private_files(tmp_path: Path) -> None:
     assert all(mode & 0o700 == 0o700 for path, mode in modes.items()
                if (data / path).is_dir())
     assert stat.S_IMODE((tmp_path / "outside").stat().st_mode) == 0o644  # not followed
+
+
+def test_a_commands_files_in_the_workspace_have_the_usual_modes(tmp_path: Path) -> None:
+    """Gliding's own files are private (umask 077); what an agent's command makes in the
+    workspace is the user's, under umask 022 (a 0600 file would surprise whoever uses it)."""
+    (tmp_path / "task.yaml").write_text(
+        "goal: Make made.txt\nworkspace: ws\npipeline: [DA]\nchecks:\n  - file_exists: made.txt\n",
+        encoding="utf-8")
+    (tmp_path / "replies.yaml").write_text(
+        "DA:\n  - bash: {command: \"echo hi > made.txt && mkdir sub\"}\n"
+        "  - finish: {summary: made}\n", encoding="utf-8")
+    result = invoke(["run", "task.yaml", "--model", "scripted:replies.yaml", "--data-dir",
+                     "data"], cwd=tmp_path)
+    assert result.code == 0, result.stderr
+    assert stat.S_IMODE((tmp_path / "ws" / "made.txt").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "ws" / "sub").stat().st_mode) == 0o755
+    archive = next((tmp_path / "data" / "jobs").glob("*/archive.sqlite3"))
+    assert stat.S_IMODE(archive.stat().st_mode) == 0o600
