@@ -311,6 +311,11 @@ async def _keep_counters(path: Path, counters: Callable[[], dict[str, int]]) -> 
 # --- the directory ------------------------------------------------------------------------------
 
 
+def _auth(args: argparse.Namespace) -> BusAuth | None:
+    """Signed messages when the harness gave a bus key (``gliding bench coherence --signed``)."""
+    return root_auth(args.bus_key) if args.bus_key is not None else None
+
+
 async def directory_main(args: argparse.Namespace) -> None:
     from gliding.bus.mqtt import MQTTBus
     from gliding.memory.coherence.service import Directory
@@ -532,8 +537,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def _auth(args: argparse.Namespace) -> BusAuth | None:
-    """Signed messages when the harness gave a bus key (``gliding bench coherence --auth``)."""
-    return root_auth(args.bus_key) if args.bus_key is not None else None

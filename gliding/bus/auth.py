@@ -145,17 +145,23 @@ def write_key_file(path: Path, key: bytes, name: str | None = None) -> Path:
                               "key": key.hex()}
     if name is not None:
         record["name"] = check_name(name)
+    # written whole under a temporary name, then linked into place: a reader (another process
+    # making the same key at the same moment) never sees a half-written file
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(record, out)
+            out.write("\n")
+        os.link(temp, path)
     except FileExistsError:
         raise BusError(f"{path} exists already", hint="remove it first, or use another path") \
             from None
     except OSError as exc:
         raise BusError(f"cannot write the bus key {path}: {exc.strerror or exc}") from exc
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(record, out)
-        out.write("\n")
+    finally:
+        temp.unlink(missing_ok=True)
     return path
 
 
