@@ -43,6 +43,7 @@ import itertools
 import json
 import os
 import secrets
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -181,7 +182,7 @@ def read_key_file(path: Path) -> Keyring:
         raise BusError(f"cannot read the bus key {path}: {exc.strerror or exc}") from exc
     with os.fdopen(fd, "rb") as source:
         info = os.fstat(source.fileno())
-        if not _regular(info.st_mode) or info.st_size > 4096:
+        if not stat.S_ISREG(info.st_mode) or info.st_size > 4096:
             raise BusError(f"{path} is not a bus key file")
         if info.st_mode & 0o077:
             raise BusError(f"the bus key {path} is readable by others (mode "
@@ -218,12 +219,6 @@ def root_keyring(path: Path) -> Keyring:
         if not path.exists():
             raise  # else another process made it at the same moment: read theirs
     return read_key_file(path)
-
-
-def _regular(mode: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(mode)
 
 
 # ---- envelopes ---------------------------------------------------------------------------------
@@ -360,7 +355,11 @@ def root_auth(path: Path) -> BusAuth:
     Raises:
         BusError: the key file is unusable.
     """
+    return auth_for(root_keyring(path), ROOT)
+
+
+def auth_for(ring: Keyring, sender: str) -> BusAuth:
+    """Signing as ``sender`` (the root, or ``worker:E``) and checking with ``ring``."""
     from gliding.bus import topics  # topics names workers with this module's rules
 
-    ring = root_keyring(path)
-    return BusAuth(Sealer(ring, ROOT, recipient=topics.recipient), Opener(ring))
+    return BusAuth(Sealer(ring, sender, recipient=topics.recipient), Opener(ring))

@@ -26,16 +26,13 @@ from typing import cast
 import anyio
 import structlog
 
-from gliding.bus import topics
 from gliding.bus.auth import (
-    ROOT,
     WORKER_PREFIX,
     BusAuth,
-    Opener,
-    Sealer,
+    auth_for,
     owner,
     read_key_file,
-    root_keyring,
+    root_auth,
 )
 from gliding.bus.inproc import InProcessBus
 from gliding.bus.port import Bus
@@ -166,12 +163,11 @@ def bus_auth(settings: Settings, worker: str | None = None) -> BusAuth | None:
     if not settings.bus.auth:
         return None
     path = bus_key_path(settings)
-    ring = read_key_file(path) if worker is not None else root_keyring(path)
-    sender = ROOT
-    if worker is not None:
-        ring.as_worker(owner(worker))  # a worker key signs only for its own name
-        sender = WORKER_PREFIX + owner(worker)
-    return BusAuth(Sealer(ring, sender, recipient=topics.recipient), Opener(ring))
+    if worker is None:
+        return root_auth(path)
+    ring = read_key_file(path)
+    ring.as_worker(owner(worker))  # a worker key signs only for its own name
+    return auth_for(ring, WORKER_PREFIX + owner(worker))
 
 
 def blackboard_path(data_dir: Path) -> Path:
