@@ -372,6 +372,9 @@ class MCPSettings(_Section):
     timeout_s: float = Field(30.0, gt=0, le=3600)  # one tool call; then it fails as timed out
     startup_timeout_s: float = Field(30.0, gt=0, le=600)  # start + list tools; else unavailable
     max_result_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)  # a call's text, at most
+    # variables of Gliding's environment a task file's own servers may copy (pass_env), e.g.
+    # GITHUB_TOKEN; a task naming another is refused (its server could send it anywhere)
+    task_pass_env: tuple[str, ...] = ()
 
     @field_validator("servers", mode="before")
     @classmethod

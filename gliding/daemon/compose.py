@@ -28,6 +28,7 @@ from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import anyio
 import structlog
@@ -57,7 +58,7 @@ from gliding.core.prices import Price
 from gliding.daemon.board import JobBoard, job_board
 from gliding.daemon.jobs import FINISHED, JobLock, WorkspaceLock, record_stop, stop_error
 from gliding.daemon.runtime import Runtime, open_bus
-from gliding.errors import ArchiveError, ProviderUnavailable, TaskFileError, UsageError
+from gliding.errors import ArchiveError, ProviderUnavailable, TaskFileError, ToolError, UsageError
 from gliding.llm.port import LLM, backend_kind
 from gliding.llm.prices import refuse_unpriced_cost_budget, settings_price
 from gliding.memory.archive import Archive, archive_path
@@ -72,6 +73,7 @@ from gliding.scheduler.supervisor import Command, SupervisorState, Verify
 from gliding.tools.base import ToolContext, ToolGroupManager
 from gliding.tools.checks import ChecksGroup
 from gliding.tools.groups import GROUP_NAMES, job_groups, known_group
+from gliding.tools.netguard import Policy, check_url_host
 from gliding.tools.protected import git_paths
 from gliding.tools.sandbox import Sandbox
 from gliding.tools.snapshot import MAX_FILES, Snapshot, snapshot
@@ -329,10 +331,10 @@ def _check_workspace(task: Task, settings: Settings, *, create: bool) -> None:
     ``create``), before anything of the job is written.
 
     Raises:
-        TaskFileError: no job may have it on this host (``refuse_workspace``). UsageError:
+        TaskFileError: no job may have it on this host (``refuse_task``). UsageError:
             it (or, not there yet, the directory it would be made in) is not writable.
     """
-    real = refuse_workspace(task, settings)
+    real = refuse_task(task, settings)
     existing = next((p for p in (real, *real.parents) if p.exists()), None)
     if existing is None or (existing != real and not create):
         return  # resume: a workspace deleted since is made again by the first tool that writes
@@ -364,6 +366,50 @@ def refuse_workspace(task: Task, settings: Settings) -> Path:
         raise TaskFileError(f"{task.source}: workspace: {task.workspace} is {real}, {refused}",
                             hint=hint)
     return real
+
+
+def refuse_task(task: Task, settings: Settings) -> Path:
+    """The real path of the task's workspace, unless this host refuses the task: its workspace
+    (``refuse_workspace``) or its own MCP servers (``refuse_servers``).
+
+    Raises:
+        TaskFileError: the reason, naming the task file, with what to do instead.
+    """
+    real = refuse_workspace(task, settings)
+    refuse_servers(task, settings)
+    return real
+
+
+def refuse_servers(task: Task, settings: Settings) -> None:
+    """Refuse what a task's own MCP servers would take from this host: a variable of
+    Gliding's environment (``pass_env``) that ``mcp.task_pass_env`` does not name (an API key
+    a server with the network could send anywhere), or a URL at an address the SSRF guard of
+    ``web_fetch`` refuses (loopback, private, link-local: ``tools.web.allow`` admits more; a
+    host name is checked again at every connection).
+
+    Raises:
+        TaskFileError: the server and what it asked for, with where to allow it.
+    """
+    policy = Policy.of(settings.tools.web.allow)
+    allowed = set(settings.mcp.task_pass_env)
+    for name, server in task.mcp_servers.items():
+        taken = [key for key in server.pass_env if key not in allowed]
+        if taken:
+            raise TaskFileError(
+                f"{task.source}: mcp_servers.{name}.pass_env: {', '.join(taken)} may not be "
+                "passed from this host's environment to a task's own server",
+                hint="name the variables in mcp.task_pass_env of the host's config.yaml, or "
+                     "declare the server in its mcp.servers")
+        host = urlsplit(server.url).hostname if server.url is not None else None
+        if host is not None:
+            try:
+                check_url_host(host, policy)
+            except ToolError as exc:
+                raise TaskFileError(
+                    f"{task.source}: mcp_servers.{name}.url: {exc.message}",
+                    hint="a task's own server must be at a public address; declare a local "
+                         "one in the host's mcp.servers, or allow it with tools.web.allow"
+                ) from None
 
 
 def _discard(archive: Archive) -> None:
@@ -518,7 +564,8 @@ def mcp_groups(task: Task, settings: Settings, sandbox: Sandbox | None = None
         sandbox = Sandbox.of(settings.tools, network=task.network,
                              hidden=(settings.data_dir,))
     return mcp_groups(settings.mcp, task.mcp_servers, workspace=task.workspace,
-                      env_allow=settings.tools.env_allow, sandbox=sandbox)
+                      env_allow=settings.tools.env_allow, sandbox=sandbox,
+                      guard=Policy.of(settings.tools.web.allow))
 
 
 async def agent_parts(job: str, task: Task, settings: Settings, base: dict[str, RoleSpec],

@@ -69,7 +69,7 @@ from gliding.daemon.compose import (
     build_llm,
     check_cost_budget,
     check_model_file,
-    refuse_workspace,
+    refuse_task,
     resume_job,
     run_job,
 )
@@ -240,7 +240,7 @@ class JobService:
 
         Raises:
             TaskFileError: the task does not validate, its workspace is one no job may have
-                on this host (``refuse_workspace``), or it has a cost budget and a model
+                on this host (``refuse_task``), or it has a cost budget and a model
                 without a price (``check_cost_budget``). UsageError: a bad name, base_dir or
                 model (or replies file). ServiceStopping. ArchiveError.
         """
@@ -258,7 +258,7 @@ class JobService:
                 raise UsageError(f"base_dir must be an absolute path, got {base_dir!r}",
                                  hint="the directory of the task file, e.g. /home/me/project")
         task = await anyio.to_thread.run_sync(load_task_text, text, name, base)
-        await anyio.to_thread.run_sync(refuse_workspace, task, self.settings)  # this host's
+        await anyio.to_thread.run_sync(refuse_task, task, self.settings)  # this host's
         for role, groups in task.tool_groups.items():
             unknown = [g for g in groups if not known_group(g)]
             if unknown:

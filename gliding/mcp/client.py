@@ -21,8 +21,10 @@ environment, then its ``env``: no API key of Gliding's reaches it unless named.
 ``{workspace}`` in its args, env and cwd is the job's workspace, which is also where it runs
 unless ``cwd`` says otherwise. A server a task declares (``mcp_servers``) runs inside the job's
 command sandbox when that is confined (``confined.py``); the host's own ``mcp.servers`` run as
-configured. A server that exits mid-job is not restarted: its calls fail with "server <name>
-exited: ..." for the rest of the job (docs/mcp.md says why).
+configured. A task's HTTP server (``url``) is reached only at addresses the SSRF guard of
+``web_fetch`` allows (public ones, or those tools.web.allow admits: ``guard``); the host's
+own may be anywhere. A server that exits mid-job is not restarted: its calls fail with
+"server <name> exited: ..." for the rest of the job (docs/mcp.md says why).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from gliding.mcp.session import HttpTarget, Session, StdioTarget, Target
 from gliding.mcp.stdio import message_limit
 from gliding.tools.base import Tool, ToolContext, ToolGroup, ToolOutput
 from gliding.tools.groups import MCP_PREFIX
+from gliding.tools.netguard import Policy
 from gliding.tools.sandbox import Sandbox
 from gliding.tools.shell import filtered_env
 
@@ -67,7 +70,7 @@ class MCPGroup(ToolGroup):
     def __init__(self, name: str, server: MCPServerSettings, settings: MCPSettings, *,
                  workspace: Path | None = None, env_allow: Sequence[str] = (),
                  environ: Mapping[str, str] | None = None,
-                 sandbox: Sandbox | None = None) -> None:
+                 sandbox: Sandbox | None = None, guard: Policy | None = None) -> None:
         super().__init__(group_name(name), (), description=f"tools of MCP server {name}")
         self.server_name = name
         self.server = server
@@ -77,7 +80,7 @@ class MCPGroup(ToolGroup):
         self.refused: tuple[str, ...] = ()  # tools the server listed past its bounds
         self.session = Session(name, server_target(server, workspace, env_allow,
                                                    os.environ if environ is None else environ,
-                                                   sandbox),
+                                                   sandbox, guard),
                                startup_timeout_s=settings.startup_timeout_s,
                                max_message_bytes=message_limit(settings.max_result_bytes))
         target = self.session.target  # whether its program runs in the command sandbox
@@ -157,15 +160,15 @@ class MCPGroup(ToolGroup):
 
 def server_target(server: MCPServerSettings, workspace: Path | None,
                   env_allow: Sequence[str], environ: Mapping[str, str],
-                  sandbox: Sandbox | None = None) -> Target:
+                  sandbox: Sandbox | None = None, guard: Policy | None = None) -> Target:
     """Where ``server`` is: the program with its environment and directory (inside ``sandbox``
-    when that is confined), or the URL.
+    when that is confined), or the URL (reached only where ``guard`` allows, given one).
 
     Raises:
         ValueError: a confined ``sandbox`` without the ``workspace`` it binds.
     """
     if server.url is not None:
-        return HttpTarget(server.url, server.headers)
+        return HttpTarget(server.url, server.headers, guard)
     assert server.command is not None  # MCPServerSettings: command or url
     confined = None
     if sandbox is not None and sandbox.confined:
@@ -192,15 +195,17 @@ def server_target(server: MCPServerSettings, workspace: Path | None,
 def mcp_groups(settings: MCPSettings, extra: Mapping[str, MCPServerSettings] | None = None,
                *, workspace: Path | None = None, env_allow: Sequence[str] = (),
                environ: Mapping[str, str] | None = None,
-               sandbox: Sandbox | None = None) -> list[MCPGroup]:
+               sandbox: Sandbox | None = None, guard: Policy | None = None
+               ) -> list[MCPGroup]:
     """One group per server of ``settings.servers`` and ``extra`` (a task's own servers,
     which replace a configured server of the same name), not yet open. A server of ``extra``
-    runs in ``sandbox`` (the job's command sandbox) when that is confined; the host's own run
-    as its config says."""
+    runs in ``sandbox`` (the job's command sandbox) when that is confined, or is reached only
+    where ``guard`` allows; the host's own run as its config says."""
     extra = extra or {}
     servers = {**settings.servers, **extra}
     return [MCPGroup(name, server, settings, workspace=workspace, env_allow=env_allow,
-                     environ=environ, sandbox=sandbox if name in extra else None)
+                     environ=environ, sandbox=sandbox if name in extra else None,
+                     guard=guard if name in extra else None)
             for name, server in servers.items()]
 
 

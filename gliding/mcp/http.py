@@ -8,18 +8,25 @@ response body decoded here in bounded steps (``gliding.tools.contentcoding``): a
 coding too; an event stream may run long (its events are bounded by the SDK). An error raised
 while the SDK reads a body is an ``httpx2.StreamError``, which the SDK turns into a JSON-RPC
 error for that request: the call fails, the session stays.
+
+A server a task declares (not the host's own ``mcp.servers``) is reached through the SSRF guard
+of ``web_fetch`` (``gliding.tools.netguard``): only public addresses, or those
+``tools.web.allow`` admits, checked on the address actually connected to.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
 
 import anyio.lowlevel
+import httpcore2
 import httpx2
 
 from gliding.errors import ToolError
 from gliding.tools.contentcoding import ACCEPTED, Inflater, codings
+from gliding.tools.netguard import GuardedBackend, Policy
 
 CONNECT_S = 30.0  # the SDK's timeouts (create_mcp_http_client)
 READ_S = 300.0  # a server may hold an event stream open
@@ -112,9 +119,41 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-def http_client(headers: Mapping[str, str], limit: int) -> httpx2.AsyncClient:
+class _Guarded(httpcore2.AsyncNetworkBackend):
+    """httpcore2's network backend, connecting only where ``netguard`` allows (the address
+    is picked once per connection, so DNS rebinding gains nothing)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._guard = GuardedBackend(policy)
+        self._inner = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None,
+                          socket_options: Iterable[Any] | None = None
+                          ) -> httpcore2.AsyncNetworkStream:
+        address = await self._guard.pick(host, port)
+        return await self._inner.connect_tcp(address, port, timeout=timeout,
+                                             local_address=local_address,
+                                             socket_options=socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def guarded_transport(policy: Policy) -> httpx2.AsyncHTTPTransport:
+    """httpx2's transport, no proxy from the environment, every connection through the guard."""
+    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    transport._pool = httpcore2.AsyncConnectionPool(  # noqa: SLF001 - no hook for a backend
+        ssl_context=httpx2.create_ssl_context(), max_connections=10,
+        network_backend=_Guarded(policy))
+    return transport
+
+
+def http_client(headers: Mapping[str, str], limit: int,
+                guard: Policy | None = None) -> httpx2.AsyncClient:
     """The client the SDK's streamable-HTTP transport is given: ``headers`` on every request,
-    the SDK's timeouts, bounded bodies."""
+    the SDK's timeouts, bounded bodies; with ``guard``, connections only where it allows."""
+    inner = guarded_transport(guard) if guard is not None else None
     return httpx2.AsyncClient(headers={"Accept-Encoding": ACCEPTED, **headers},
                               timeout=httpx2.Timeout(CONNECT_S, read=READ_S),
-                              transport=BoundedTransport(limit))
+                              transport=BoundedTransport(limit, inner))

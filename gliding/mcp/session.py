@@ -48,6 +48,7 @@ from gliding.core.text import one_line
 from gliding.errors import ToolError
 from gliding.mcp.confined import Confined
 from gliding.mcp.stdio import DROPPED, message_limit, stdio_client
+from gliding.tools.netguard import Policy
 
 MAX_PAGES = 100  # tools/list pages read at most (a server that never stops paging)
 STOP_S = 15.0  # the SDK's own shutdown is bounded (stdin close, SIGTERM, SIGKILL): ~7 s
@@ -73,10 +74,12 @@ class StdioTarget:
 
 
 class HttpTarget:
-    """A streamable HTTP endpoint and the headers sent with every request."""
+    """A streamable HTTP endpoint and the headers sent with every request; with ``guard``
+    (a task's own server), reached only at addresses the SSRF guard allows."""
 
-    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
-        self.url, self.headers = url, dict(headers)
+    def __init__(self, url: str, headers: Mapping[str, str],
+                 guard: Policy | None = None) -> None:
+        self.url, self.headers, self.guard = url, dict(headers), guard
 
 
 Target = StdioTarget | HttpTarget
@@ -240,7 +243,7 @@ class Session:
                                        errlog=self._stderr, confined=target.confined))
         from gliding.mcp.http import http_client  # imports httpx2, the SDK's HTTP client
 
-        http = http_client(target.headers, self.max_message_bytes)
+        http = http_client(target.headers, self.max_message_bytes, target.guard)
         return Client(_OwningTransport(
             streamable_http_client(target.url, http_client=http,
                                    max_sse_event_size=self.max_message_bytes), http.aclose))

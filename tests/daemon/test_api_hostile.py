@@ -132,7 +132,8 @@ def test_low_daemon_host_header(tmp_path: Path) -> None:
 
 def test_low_bad_submission_is_400(tmp_path: Path) -> None:
     """What used to be queued and fail when it ran is refused at submission, and nothing is
-    queued: a workspace in the data directory, a local model that is no GGUF file."""
+    queued: a workspace in the data directory, a local model that is no GGUF file, a task's
+    own MCP server taking a host variable or at a link-local address."""
     model = write_replies(tmp_path, "r.yaml", replies())
     (tmp_path / "not-a-model.gguf").write_text("root:x:0:0:root:/root:/bin/bash\n")
 
@@ -154,6 +155,12 @@ def test_low_bad_submission_is_400(tmp_path: Path) -> None:
                  "is not a regular file"),
                 ({"task": TASK.format(workspace="ws") + "model: local:/etc/passwd\n"},
                  "is not a GGUF file"),
+                ({"task": TASK.format(workspace="ws") + "mcp_servers:\n  s:\n"
+                  "    command: /bin/true\n    pass_env: [GLIDING_DAEMON_TOKEN]\n",
+                  "model": model}, "GLIDING_DAEMON_TOKEN may not be passed"),
+                ({"task": TASK.format(workspace="ws") + "mcp_servers:\n  s:\n"
+                  "    url: http://169.254.169.254/mcp\n", "model": model},
+                 "169.254.169.254 is a link-local"),
             ]
             for body, expected in cases:
                 error = refused(await timed(client, "POST", "/v1/jobs",

@@ -192,6 +192,8 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_mcp.test_mcp_startup_timeout_s_is_how_long_a_server_may_take_to_start"],
     "mcp.max_result_bytes": [
         "test_settings_mcp.test_mcp_max_result_bytes_caps_the_text_a_call_returns"],
+    "mcp.task_pass_env": [
+        "test_settings_mcp.test_mcp_task_pass_env_names_what_a_task_server_may_take"],
     "bus.url": ["test_settings_bus.test_bus_url_is_the_broker_a_jobs_events_travel_through"],
     "bus.connect_timeout_s": [
         "test_settings_bus."

@@ -112,3 +112,20 @@ def test_mcp_max_result_bytes_caps_the_text_a_call_returns(tmp_path: Path) -> No
         "(mcp.max_result_bytes)]")
     assert len(capped.split("\n[cut: ")[0].encode()) == 1024
     assert whole == "Echo: " + "y" * 5000
+
+
+def test_mcp_task_pass_env_names_what_a_task_server_may_take(tmp_path: Path) -> None:
+    from gliding.config.task import load_task_text
+    from gliding.daemon.compose import refuse_servers
+    from gliding.errors import TaskFileError
+
+    text = ("goal: g\nworkspace: ws\nmcp_servers:\n  gh:\n    command: /bin/true\n"
+            "    pass_env: [GITHUB_TOKEN]\n")
+    task = load_task_text(text, "task.yaml", tmp_path)
+    default = load_settings(None, env={"GLIDING_DATA_DIR": str(tmp_path / "data")})
+    with pytest.raises(TaskFileError, match="GITHUB_TOKEN may not be passed"):
+        refuse_servers(task, default)
+    named = load_settings(None, env={"GLIDING_DATA_DIR": str(tmp_path / "data"),
+                                     "GLIDING_MCP__TASK_PASS_ENV": "GITHUB_TOKEN"})
+    assert named.mcp.task_pass_env == ("GITHUB_TOKEN",)
+    refuse_servers(task, named)  # named by the host: the task's server may take it
