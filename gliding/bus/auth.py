@@ -28,8 +28,16 @@ Replays: ``boot`` is random per bus connection and ``seq`` counts its messages, 
 moment they are written to the socket, so each receiver sees one sender's messages on one topic
 with growing numbers; a number not above the last one seen (per boot, topic and subscription)
 is a replay, or a broker's second copy, and is dropped. A message whose time is more than
-``window_s`` from the receiver's clock is refused too, so a message captured long ago cannot be
-played to a subscription made since.
+``window_s`` from the receiver's clock is refused too, and so is one stamped more than
+``SKEW_S`` before the subscription that receives it began (a receiver restarted, or a new
+subscription, hears nothing captured before it): clocks must agree within ``SKEW_S``. The
+numbers are kept per sender's owner (at most ``_TRACKED_PER_OWNER`` boots, topics and
+subscriptions each, least recently used dropped first), so no key holder can push another's
+record out.
+
+The root's message to a worker (``to`` set) is accepted only on a topic that addresses that
+worker (``recipient``), and by a worker only if it is that one: the key of ``to`` is the
+worker's own, so on any other topic such a "root" message could come from the worker itself.
 
 ``Opener`` says who sent a message (``Sealed.sender``); what a sender may say on which topic is
 the receiver's policy (the job's: ``daemon/dispatch.py``, ``JobPolicy``).
@@ -41,6 +49,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import math
 import os
 import secrets
 import stat
@@ -59,7 +68,8 @@ KEY_BYTES = 32
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 MAX_NAME = 64
 DEFAULT_WINDOW_S = 300.0  # a message older (or newer) than this by the receiver's clock: refused
-_TRACKED = 100_000  # (boot, topic, subscription) numbers kept; the oldest go first
+SKEW_S = 10.0  # a message stamped this long before its subscription began: refused
+_TRACKED_PER_OWNER = 10_000  # (boot, topic, subscription) numbers kept per sender's owner
 
 
 class Forged(BusError):
@@ -70,7 +80,7 @@ class Forged(BusError):
 
     def __init__(self, message: str, *, hint: str | None = None, kind: str = "forged") -> None:
         super().__init__(message, hint=hint)
-        self.kind = kind  # unsigned, signature, unknown, window, replay, policy ...
+        self.kind = kind  # unsigned, signature, recipient, unknown, window, replay, policy
 
 
 def check_name(name: str) -> str:
@@ -271,65 +281,117 @@ class Sealed:
 
 
 class Opener:
-    """Checks envelopes on one bus connection: signature, time window, numbering."""
+    """Checks envelopes on one bus connection: signature, recipient, time window, numbering."""
 
     def __init__(self, keyring: Keyring, *, window_s: float = DEFAULT_WINDOW_S,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 recipient: Callable[[str], str | None] | None = None) -> None:
         self.keyring = keyring
         self.window_s = window_s
         self._clock = clock
-        self._last: dict[tuple[str, str, str, int], int] = {}
+        self._recipient = recipient  # the worker a topic addresses (topics.recipient)
+        # per sender's owner: (boot, sender, topic, subscription) -> last number, LRU order
+        self._last: dict[str, dict[tuple[str, str, str, int], int]] = {}
 
-    def open(self, topic: str, payload: bytes | str, ident: int) -> Sealed:
+    def open(self, topic: str, payload: bytes | str, ident: int,
+             since: float | None = None) -> Sealed:
         """The sender and message of ``payload``, received on ``topic`` for the subscription
-        ``ident``.
+        ``ident`` (made at time ``since``, when given).
 
         Raises:
-            Forged: not an envelope, a bad signature, a time outside the window, or a number
-                this subscription has seen (a replay or a second copy).
+            Forged: not an envelope, a bad signature, a root message naming a recipient this
+                receiver is not (or on a topic not addressed to it), a time outside the
+                window or before the subscription began, or a number this subscription has
+                seen (a replay or a second copy).
         """
-        try:
-            raw = payload.encode() if isinstance(payload, str) else payload
-            head_bytes, sep, body = raw.partition(b"\n")
-            if not sep or len(head_bytes) > 2048:
-                raise ValueError
-            env = json.loads(head_bytes)
-            msg = body.decode()  # checks it is text; the MAC is over the bytes
-            sender, boot, seq, t, to, mac = (
-                env["from"], env["boot"], env["seq"], env["t"], env["to"], env["mac"])
-            if env.get("gliding") != ENVELOPE_VERSION or not all(
-                    isinstance(x, str) for x in (sender, boot, to, msg, mac)) or not isinstance(
-                    seq, int) or not isinstance(t, int | float):
-                raise ValueError
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise Forged("not a signed Gliding envelope", kind="unsigned",
-                         hint="every sender on this broker needs the bus key") from None
+        sender, boot, seq, t, to, mac, body, msg = _parse(payload)
         if sender != ROOT and not sender.startswith(WORKER_PREFIX):
             raise Forged(f"unknown sender {sender[:80]!r}", kind="unknown")
         if sender != ROOT and to:
             raise Forged("a worker's message names a recipient", kind="unknown")
+        if to:
+            self._check_recipient(topic, to)
+        elif sender == ROOT and self._recipient is not None and self._recipient(topic):
+            raise Forged("a root message without its recipient on a worker's topic",
+                         kind="recipient")
         key = self.keyring.key_of(WORKER_PREFIX + to if to else sender)
         verified = key is not None
         if verified:
             assert key is not None
-            good = _mac(key, topic, (sender, boot, seq, float(t), to), body)
+            good = _mac(key, topic, (sender, boot, seq, t, to), body)
             if not hmac.compare_digest(good, mac):
                 raise Forged(f"bad signature on a message from {sender[:80]}", kind="signature")
-        elif to and sender == ROOT:
-            raise Forged(f"a message for worker {to[:80]}", kind="other")  # not ours to read
         now = self._clock()
         if abs(now - t) > self.window_s:
             raise Forged(f"a message {now - t:+.0f}s from now (window {self.window_s:g}s)",
                          hint="a replay, or clocks that disagree: check NTP", kind="window")
+        if since is not None and t < since - SKEW_S:
+            raise Forged(f"a message stamped {since - t:.0f}s before its subscription began "
+                         "(a replay)", hint="or clocks that disagree: check NTP", kind="replay")
         if verified:
-            slot = (boot, sender, topic, ident)
-            if seq <= self._last.get(slot, 0):
-                raise Forged(f"message {seq} of {sender[:80]} again (a replay or a copy)",
-                             kind="replay")
-            if slot not in self._last and len(self._last) >= _TRACKED:
-                self._last.pop(next(iter(self._last)))
-            self._last[slot] = seq
+            self._number(sender, (boot, sender, topic, ident), seq)
         return Sealed(sender, msg, verified)
+
+    def _check_recipient(self, topic: str, to: str) -> None:
+        """A root message naming ``to`` is for worker ``to`` alone, on its own topics (its
+        grants, archive replies, caches' fills): a worker can sign such a message with its own
+        key, so on any other topic it would pass as the root.
+
+        Raises:
+            Forged: the topic addresses another (or no) worker, or this worker is not ``to``.
+        """
+        if self._recipient is not None and self._recipient(topic) != to:
+            raise Forged(f"a message for worker {to[:80]} on a topic that is not its",
+                         kind="recipient")
+        if not self.keyring.is_root and to != self.keyring.name:
+            raise Forged(f"a message for worker {to[:80]}", kind="other")  # not ours to read
+
+    def _number(self, sender: str, slot: tuple[str, str, str, int], seq: int) -> None:
+        """Record ``seq`` for ``slot``.
+
+        Raises:
+            Forged: a number not above the last one of the slot (a replay or a copy).
+        """
+        slots = self._last.setdefault(owner(sender.removeprefix(WORKER_PREFIX)), {})
+        last = slots.pop(slot, 0)  # popped and put back: the most recently used goes last
+        if seq <= last:
+            slots[slot] = last
+            raise Forged(f"message {seq} of {sender[:80]} again (a replay or a copy)",
+                         kind="replay")
+        if len(slots) >= _TRACKED_PER_OWNER:
+            slots.pop(next(iter(slots)))  # this owner's least recently used
+        slots[slot] = seq
+
+
+def _parse(payload: bytes | str) -> tuple[str, str, int, float, str, str, bytes, str]:
+    """The fields of an envelope: sender, boot, seq, t, to, mac, the message's bytes and text.
+
+    Raises:
+        Forged: not a signed Gliding envelope (a missing field, a field of the wrong type,
+            a time that is not a finite number).
+    """
+    try:
+        raw = payload.encode() if isinstance(payload, str) else payload
+        head_bytes, sep, body = raw.partition(b"\n")
+        if not sep or len(head_bytes) > 2048:
+            raise ValueError
+        env = json.loads(head_bytes, parse_constant=_no_constant)
+        msg = body.decode()  # checks it is text; the MAC is over the bytes
+        sender, boot, seq, t, to, mac = (
+            env["from"], env["boot"], env["seq"], env["t"], env["to"], env["mac"])
+        if env.get("gliding") != ENVELOPE_VERSION or not all(
+                isinstance(x, str) for x in (sender, boot, to, msg, mac)) or not isinstance(
+                seq, int) or isinstance(seq, bool) or not isinstance(t, int | float) or (
+                not math.isfinite(t)):
+            raise ValueError
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise Forged("not a signed Gliding envelope", kind="unsigned",
+                     hint="every sender on this broker needs the bus key") from None
+    return sender, boot, seq, float(t), to, mac, body, msg
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no time")
 
 
 @dataclass
@@ -362,4 +424,5 @@ def auth_for(ring: Keyring, sender: str) -> BusAuth:
     """Signing as ``sender`` (the root, or ``worker:E``) and checking with ``ring``."""
     from gliding.bus import topics  # topics names workers with this module's rules
 
-    return BusAuth(Sealer(ring, sender, recipient=topics.recipient), Opener(ring))
+    return BusAuth(Sealer(ring, sender, recipient=topics.recipient),
+                   Opener(ring, recipient=topics.recipient))

@@ -103,7 +103,7 @@ class Lines:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._parts: list[bytes] = []
+        self._line = bytearray()  # one buffer: a line in one-byte writes costs its bytes only
         self._size = 0
         self._head: bytes | None = None  # set while an overlong line is being dropped
         self._tail = b""
@@ -127,30 +127,21 @@ class Lines:
         if self._head is not None:
             self._tail = (self._tail + piece[-EDGE:])[-EDGE:]
         elif self._size <= self.limit:
-            self._parts.append(piece)
+            self._line += piece
         else:
-            self._head = _first(self._parts, piece, EDGE)
+            self._head = bytes((self._line + piece[:EDGE])[:EDGE])
             self._tail = piece[-EDGE:]
-            self._parts = []
+            self._line = bytearray()
             events.append(TooLong(self._head, self._size))
 
     def _finish(self, events: list[Event]) -> None:
         if self._head is not None:
             events.append(Dropped(self._head, self._tail, self._size))
-        elif self._parts:
-            line = b"".join(self._parts)
+        elif self._line:
+            line = bytes(self._line)
             if line.strip():
                 events.append(Line(line))
-        self._parts, self._size, self._head, self._tail = [], 0, None, b""
-
-
-def _first(parts: list[bytes], last: bytes, n: int) -> bytes:
-    out = bytearray()
-    for part in (*parts, last):
-        out += part[:n - len(out)]
-        if len(out) >= n:
-            break
-    return bytes(out)
+        self._line, self._size, self._head, self._tail = bytearray(), 0, None, b""
 
 
 # --- finding a message's id ----------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gliding.bus import topics
+from gliding.bus import auth, topics
 from gliding.bus.auth import (
     ROOT,
     Forged,
@@ -84,6 +84,72 @@ def test_tampering_a_replay_and_an_old_message_are_refused() -> None:
     late = Opener(root, clock=clock)
     with pytest.raises(Forged, match="window"):  # captured long ago, played to a new one
         late.open("job/j1/events", first, 1)
+
+
+def test_a_worker_key_cannot_pass_as_the_root() -> None:
+    """A worker signs "from root, to itself" with its own key (that is the key of the root's
+    messages to it): refused on every topic but its own, by the root and by workers."""
+    clock = Clock()
+    box1 = Keyring(worker_key(ROOT_KEY, "box1"), "box1")
+    as_root = Sealer(box1, ROOT, recipient=lambda topic: "box1", clock=clock)
+    root = Opener(Keyring(ROOT_KEY), clock=clock, recipient=topics.recipient)
+    worker = Opener(box1, clock=clock, recipient=topics.recipient)
+    for topic in ("job/j1/result/AA", "job/j1/agent/DA", "work/DA", "worker/box2.1-a/grants",
+                  "coherence/j1/directory", "archive/j1/request"):
+        for opener in (root, worker):
+            with pytest.raises(Forged, match="on a topic that is not its"):
+                opener.open(topic, as_root.seal(topic, MSG), 1)
+    plain = Sealer(Keyring(ROOT_KEY), ROOT, recipient=lambda topic: None, clock=clock)
+    with pytest.raises(Forged, match="without its recipient"):  # a grant under the root key
+        worker.open("worker/box1.1-a/grants", plain.seal("worker/box1.1-a/grants", MSG), 1)
+    # on its own topics it is the root's word to it, as the root seals it
+    assert worker.open("worker/box1.1-a/grants", as_root.seal("worker/box1.1-a/grants", MSG),
+                       2).verified
+
+
+@pytest.mark.parametrize("t", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_low_a_time_that_is_no_number_is_refused(t: str) -> None:
+    clock = Clock()
+    box1 = Keyring(worker_key(ROOT_KEY, "box1"), "box1")
+    good = sealer(box1, "worker:box1", clock).seal("job/j1/events", MSG)
+    head, _, body = good.partition(b"\n")
+    env = json.loads(head)
+    forged = (head.replace(f'"t":{env["t"]!r}'.encode(), f'"t":{t}'.encode())
+              + b"\n" + body)
+    assert forged != good
+    with pytest.raises(Forged, match="not a signed Gliding envelope"):
+        Opener(Keyring(ROOT_KEY), clock=clock).open("job/j1/events", forged, 1)
+
+
+def test_one_key_holder_cannot_push_anothers_numbers_out() -> None:
+    clock = Clock()
+    root = Keyring(ROOT_KEY)
+    opener = Opener(root, clock=clock)
+    honest = sealer(Keyring(worker_key(ROOT_KEY, "box1"), "box1"), "worker:box1", clock)
+    captured = honest.seal("job/j1/events", MSG)
+    assert opener.open("job/j1/events", captured, 1).verified
+    flooder = Keyring(worker_key(ROOT_KEY, "box2"), "box2")
+    for _ in range(auth._TRACKED_PER_OWNER + 100):  # a fresh boot for every message
+        opener.open("job/j1/events", sealer(flooder, "worker:box2", clock).seal(
+            "job/j1/events", MSG), 1)
+    with pytest.raises(Forged, match="again"):
+        opener.open("job/j1/events", captured, 1)
+
+
+def test_a_message_stamped_before_its_subscription_began_is_a_replay() -> None:
+    clock = Clock()
+    seal = sealer(Keyring(worker_key(ROOT_KEY, "box1"), "box1"), "worker:box1", clock)
+    captured = seal.seal("job/j1/events", MSG)
+    clock.t += auth.SKEW_S + 1  # a receiver restarted, or subscribed anew, since
+    restarted = Opener(Keyring(ROOT_KEY), clock=clock)
+    with pytest.raises(Forged, match="before its subscription began"):
+        restarted.open("job/j1/events", captured, 1, since=clock.t)
+    fresh = seal.seal("job/j1/events", MSG)
+    assert restarted.open("job/j1/events", fresh, 1, since=clock.t).verified
+    slow = sealer(Keyring(worker_key(ROOT_KEY, "box1"), "box1"), "worker:box1",
+                  Clock(clock.t - auth.SKEW_S + 1))  # a clock a little behind: still taken
+    assert restarted.open("job/j1/events", slow.seal("job/j1/events", MSG), 1,
+                          since=clock.t).verified
 
 
 @pytest.mark.parametrize("payload", [b"", b"junk", MSG.encode(),

@@ -141,7 +141,7 @@ def test_lines_hold_at_most_the_limit_and_report_a_longer_line_with_its_ends() -
         assert too_long.head.startswith(b"a" * 51)
         assert isinstance(dropped, Dropped) and dropped.size == 100
         assert dropped.head == too_long.head and dropped.tail.endswith(b"z" * 10)
-        assert lines._size == 0 and lines._parts == []  # noqa: SLF001 - nothing held after
+        assert lines._size == 0 and not lines._line  # noqa: SLF001 - nothing held after
 
 
 def test_a_long_line_is_split_in_linear_time() -> None:
@@ -347,3 +347,23 @@ async def test_a_compressed_http_answer_is_inflated_in_bounded_steps() -> None:
     # an event stream may run past the limit (the SDK bounds each event)
     stream = gzip.compress(b"data: x\n\n" * (300 << 10))
     assert len(await _read(stream, encoding="gzip", kind="text/event-stream")) > LIMIT
+
+
+def test_low_a_line_written_one_byte_at_a_time_costs_its_bytes_only() -> None:
+    """A server that writes its answer one byte per write: the line is held in one buffer
+    (a list of one-byte pieces took ~15 times the bytes it held)."""
+    import tracemalloc
+
+    from gliding.mcp.stdio import Line, Lines
+
+    limit = 200_000
+    lines = Lines(limit)
+    tracemalloc.start()
+    try:
+        for _ in range(limit - 10):
+            assert not lines.feed(b"a")
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * limit, peak
+    assert lines.feed(b"\n") == [Line(b"a" * (limit - 10))]

@@ -132,6 +132,7 @@ def run_attacked_job(tmp: Path, broker: Mosquitto, endpoint: str) -> None:
         assert topic in text, (topic, text)
     assert "again (a replay" in text  # the replayed archive write
     assert "may not say that: an answer to work it does not hold" in text  # the intruder
+    assert "a message for worker intruder on a topic that is not its" in text
     assert "bus.forged" in worker_logs and "/grants" in worker_logs  # the forged grant
     with sqlite3.connect(tmp / "data" / "jobs" / job / "archive.sqlite3") as db:
         iris = [r[0] for r in db.execute("SELECT iri FROM entries")]
@@ -153,6 +154,14 @@ def attack(attacker: Attacker, job: str, instance: str, request_topic: str, requ
                       recipient=topics.recipient)
     attacker.send(topics.result(job, "DA"), intruder.seal(topics.result(job, "DA"),
                                                           done.to_json()))
+    # the same key signing "from the root, to itself" (its key is the key of the root's
+    # messages to it): an answer, and an assignment for the job's agents
+    as_root = Sealer(read_key_file(tmp / "intruder.key"), "root",
+                     recipient=lambda topic: "intruder")
+    for message, topic in ((passed, topics.result(job, "CA")),
+                           (Assignment(job=job, role="DA", cycle=9, attempt=0, goal="g",
+                                       instructions="INJECTED"), topics.agent(job, "DA"))):
+        attacker.send(topic, as_root.seal(topic, message.to_json()))
     # an offer that would start a program on a worker, and the grant to run it
     evil = WorkItem(key=f"{job}/DA/9/0", epoch=1, assignment=Assignment(
         job=job, role="DA", cycle=9, attempt=0, goal="g", instructions="i"),
