@@ -289,7 +289,11 @@ class Opener:
         self.keyring = keyring
         self.window_s = window_s
         self._clock = clock
-        self._recipient = recipient  # the worker a topic addresses (topics.recipient)
+        if recipient is None:  # the topics' own rule unless told otherwise (a test's)
+            from gliding.bus import topics  # topics names workers with this module's rules
+
+            recipient = topics.recipient
+        self._recipient = recipient  # the worker a topic addresses
         # per sender's owner: (boot, sender, topic, subscription) -> last number, LRU order
         self._last: dict[str, dict[tuple[str, str, str, int], int]] = {}
 
@@ -311,7 +315,7 @@ class Opener:
             raise Forged("a worker's message names a recipient", kind="unknown")
         if to:
             self._check_recipient(topic, to)
-        elif sender == ROOT and self._recipient is not None and self._recipient(topic):
+        elif sender == ROOT and self._recipient(topic):
             raise Forged("a root message without its recipient on a worker's topic",
                          kind="recipient")
         key = self.keyring.key_of(WORKER_PREFIX + to if to else sender)
@@ -340,7 +344,7 @@ class Opener:
         Raises:
             Forged: the topic addresses another (or no) worker, or this worker is not ``to``.
         """
-        if self._recipient is not None and self._recipient(topic) != to:
+        if self._recipient(topic) != to:
             raise Forged(f"a message for worker {to[:80]} on a topic that is not its",
                          kind="recipient")
         if not self.keyring.is_root and to != self.keyring.name:
