@@ -37,6 +37,10 @@ no broker answers) and starts the one task that reads the connection; leaving it
       so a message the broker disconnects for cannot loop): at least once, so a message can
       arrive twice across a broker restart.
     * Topics on ``$SYS/`` are refused: brokers keep them and drop what clients publish there.
+    * TLS. ``mqtts://host:port`` (8883 by default) connects with TLS 1.2 or later and checks
+      the broker's certificate against ``ca_file`` (``bus.ca_file``; None: the system's CAs)
+      and the URL's host. A certificate that does not check is a ``BusError`` on connecting
+      (``bus/certs.py`` makes a broker's; clients present none).
 
 MQTTBus runs on asyncio only (as aiomqtt does). The aiomqtt version is pinned; ``_Client``
 holds every place that reaches into it and paho. The module is past 600 lines because that
@@ -49,12 +53,14 @@ import asyncio
 import itertools
 import math
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -67,6 +73,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from gliding.bus.auth import ROOT, BusAuth, Forged
+from gliding.bus.certs import CA_HINT, client_context
 from gliding.bus.inproc import InProcessSubscription
 from gliding.bus.messages import BusMessage, from_json, to_json
 from gliding.bus.port import Delivery, check_pattern, check_topic, split_shared
@@ -87,37 +94,48 @@ REFUSAL_LOG_S = 10.0  # refused deliveries: one warning per kind this often, wit
 LOSS_GRACE_S = 1.0  # how long a failed request waits for the reader to notice a lost link
 UNREACHABLE_HINT = (
     "start mosquitto (scripts/setup.sh installs it) or point bus.url at a running MQTT 5 "
-    "broker; leave bus.url unset for the in-process bus"
+    "broker (mqtts:// if it listens with TLS); leave bus.url unset for the in-process bus"
 )
+TLS_HINT = (
+    "the broker must listen with TLS on that port, with a certificate for the URL's host; "
+    + CA_HINT
+)
+DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
 
 
 def parse_url(url: str) -> tuple[str, int]:
-    """``(host, port)`` of ``mqtt://host:port`` (the port defaults to 1883).
+    """``(host, port)`` of ``mqtt://host:port`` or ``mqtts://host:port`` (TLS; the port
+    defaults to 1883, or 8883 with TLS).
 
     Raises:
         BusError: ``url`` is not of that form.
     """
     try:
         parts = urllib.parse.urlsplit(url)
-        port = parts.port or 1883
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
     except (ValueError, TypeError, AttributeError) as exc:
         raise _bad_url(url) from exc
-    if (parts.scheme != "mqtt" or not parts.hostname or parts.path not in ("", "/")
+    if (parts.scheme not in DEFAULT_PORTS or not parts.hostname or parts.path not in ("", "/")
             or parts.query or parts.fragment or parts.username is not None):
         raise _bad_url(url)
     return parts.hostname, port
 
 
 def _bad_url(url: object) -> BusError:
-    return BusError(f"bad bus.url {url!r}: expected mqtt://host:port",
-                    hint="e.g. mqtt://127.0.0.1:1883; leave bus.url unset for the in-process bus")
+    return BusError(f"bad bus.url {url!r}: expected mqtt://host:port or mqtts://host:port",
+                    hint="e.g. mqtt://127.0.0.1:1883, or mqtts://broker.lan:8883 for TLS; "
+                         "leave bus.url unset for the in-process bus")
 
 
 class _Client(aiomqtt.Client):
-    """aiomqtt's client, reaching into aiomqtt 2.5 and paho 2.1 (both pinned) for three things:
+    """aiomqtt's client, reaching into aiomqtt 2.5 and paho 2.1 (both pinned) for four things:
     deliveries are acknowledged by the bus (paho's manual ack), so the broker holds back what
     the bus has no room for; they are read straight from aiomqtt's queue, without the task per
-    message that ``Client.messages`` makes; packets are written on the loop's next tick."""
+    message that ``Client.messages`` makes; packets are written on the loop's next tick; a
+    connection the broker closes before its CONNACK (a plain client on a TLS port) fails the
+    connect at once, where aiomqtt would wait for the timeout. With TLS, the handshake is
+    bounded by the connect timeout and a socket whose handshake fails is closed (paho
+    leaves it open)."""
 
     def __init__(self, *args: Any, on_lost: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -125,6 +143,21 @@ class _Client(aiomqtt.Client):
         self._client.connect_timeout = self.timeout
         self._loop_thread = threading.get_ident()
         self._on_lost = on_lost
+        self._client._ssl_wrap_socket = self._ssl_wrap  # type: ignore[method-assign]
+
+    def _ssl_wrap(self, tcp_sock: socket.socket) -> ssl.SSLSocket:
+        """paho's ``_ssl_wrap_socket`` (in paho's connect thread), closing what fails."""
+        context = self._client._ssl_context
+        assert context is not None and context.check_hostname  # bus/certs.py made it
+        sock = context.wrap_socket(tcp_sock, server_hostname=self._hostname,
+                                   do_handshake_on_connect=False)
+        try:
+            sock.settimeout(self.timeout)
+            sock.do_handshake()
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     async def __aenter__(self) -> _Client:
         await super().__aenter__()
@@ -136,6 +169,13 @@ class _Client(aiomqtt.Client):
             disconnected.exception()  # retrieved: asyncio need not complain about it
         self._queue.put_nowait(_LOST)  # after the deliveries that came before the end
         self._on_lost()
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason_code: Any,
+                       properties: Any = None) -> None:
+        if not self._connected.done():
+            self._connected.set_exception(aiomqtt.MqttError(
+                "the broker closed the connection before accepting it"))
+        super()._on_disconnect(client, userdata, flags, reason_code, properties)
 
     @property
     def queued(self) -> int:
@@ -218,6 +258,7 @@ class _Filter:
     members: list[MemoryObjectSendStream[Delivery]] = field(default_factory=list)
     turn: int = 0
     unverified: bool = False  # takes signed messages this process cannot check (bus/auth.py)
+    began: float = field(default_factory=time.time)  # what was stamped well before: a replay
 
 
 class MQTTBus:
@@ -237,16 +278,27 @@ class MQTTBus:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         username: str | None = None,
         password: str | None = None,
+        ca_file: Path | None = None,
     ) -> None:
         """``auth``: sign every message sent and check every message received
         (``bus/auth.py``); None sends and takes plain messages. ``max_message_bytes``: a
         larger payload is neither sent nor decoded (the broker is told the limit too).
+        ``ca_file``: for an ``mqtts://`` URL, the CA certificates the broker's certificate is
+        checked against (None: the system's).
 
         Raises:
-            BusError: ``url`` is not ``mqtt://host:port``, or a number is out of range.
+            BusError: ``url`` is not ``mqtt://host:port`` or ``mqtts://host:port``, a number
+                is out of range, ``ca_file`` is given for a plain ``mqtt://`` URL or cannot
+                be read.
         """
         self._host, self._port = parse_url(url)
         self._url = url
+        tls = urllib.parse.urlsplit(url).scheme == "mqtts"
+        self._tls = client_context(ca_file) if tls else None
+        if self._tls is None and ca_file is not None:
+            raise BusError(f"bus.ca_file is set, but bus.url {url} does not use TLS",
+                           hint="use mqtts://host:port for a broker that listens with TLS, "
+                                "or unset bus.ca_file")
         if not connect_timeout_s > 0 or not reconnect_max_s > 0 or keepalive_s < 1:
             raise BusError("connect_timeout_s, reconnect_max_s and keepalive_s must be > 0")
         self._connect_timeout_s = connect_timeout_s
@@ -277,7 +329,8 @@ class MQTTBus:
         """An (unopened) bus for ``settings.url``.
 
         Raises:
-            BusError: ``settings.url`` is unset or not ``mqtt://host:port``.
+            BusError: as the constructor; also ``settings.url`` is unset or the password
+                file cannot be read.
         """
         if settings.url is None:
             raise BusError("bus.url is not set, so there is no broker to connect to",
@@ -294,7 +347,7 @@ class MQTTBus:
                    keepalive_s=settings.keepalive_s, reconnect_max_s=settings.reconnect_max_s,
                    max_buffer=settings.max_buffer, client_id=client_id, auth=auth,
                    max_message_bytes=settings.max_message_bytes,
-                   username=settings.username, password=password)
+                   username=settings.username, password=password, ca_file=settings.ca_file)
 
     @property
     def url(self) -> str:
@@ -444,6 +497,7 @@ class MQTTBus:
             self._lost, hostname=self._host, port=self._port, identifier=self._client_id,
             protocol=aiomqtt.ProtocolVersion.V5, keepalive=self._keepalive_s,
             timeout=self._connect_timeout_s, properties=properties, **self._credentials,
+            tls_context=self._tls,
             # no Nagle: a PUBACK or a second copy must not wait 40 ms for the peer's ACK
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         )
@@ -454,7 +508,7 @@ class MQTTBus:
             link.client.abort()
             reason = str(exc) or f"no answer within {self._connect_timeout_s:g}s"
             raise BusError(f"cannot connect to the MQTT broker at {self._url}: {reason}",
-                           hint=UNREACHABLE_HINT) from exc
+                           hint=UNREACHABLE_HINT if self._tls is None else TLS_HINT) from exc
         except BaseException:
             link.client.abort()
             raise
@@ -664,7 +718,7 @@ class MQTTBus:
             sender, verified = ROOT, True
             text: str | bytes = payload
             if self.auth is not None:
-                sealed = self.auth.opener.open(topic, payload, ident)
+                sealed = self.auth.opener.open(topic, payload, ident, entry.began)
                 sender, text, verified = sealed.sender, sealed.msg, sealed.verified
                 if not verified and not entry.unverified:
                     return None  # the root's word to others (an offer to the pool): not ours

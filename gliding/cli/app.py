@@ -322,7 +322,7 @@ def worker_command(
     name: str | None = typer.Option(None, "--name", help="The enrolled name it signs as "
                                     "(default: its key's)."),
     broker: str | None = typer.Option(None, "--broker", help="The MQTT 5 broker, "
-                                      "mqtt://host:port (bus.url)."),
+                                      "mqtt://host:port or mqtts:// with TLS (bus.url)."),
     roles: str = typer.Option("PA,DA,CA,AA", "--roles", help="The roles it serves, "
                               "comma-separated."),
     concurrency: int = typer.Option(1, "--concurrency", help="Assignments it runs at once."),
@@ -396,25 +396,36 @@ def _worker_init(action: list[str], out: Path | None, overrides: dict[str, Any])
 def broker_init(
     directory: Path = typer.Argument(..., help="Where the configuration goes (made 0700)."),
     workers: list[str] = typer.Option([], "--worker", help="A worker's name (repeat it)."),
-    port: int = typer.Option(1883, "--port", help="The port mosquitto listens on."),
+    port: int | None = typer.Option(None, "--port",
+                                    help="The port mosquitto listens on (1883; 8883 with --tls)."),
     bind: str = typer.Option("127.0.0.1", "--bind", help="The address it listens on."),
+    tls: bool = typer.Option(False, "--tls", help="Listen with TLS only: writes a new CA "
+                             "(ca.crt, for bus.ca_file) and the broker's certificate."),
+    tls_hosts: list[str] = typer.Option([], "--tls-host", help="A name or address clients "
+                                        "reach the broker by, for its certificate (repeat "
+                                        "it; default: the --bind address)."),
 ) -> None:
     """Write a mosquitto configuration for Gliding: users and passwords for the daemon
-    (`gliding`) and each --worker, and what each may read and write (docs/daemon.md,
-    "Trust")."""
+    (`gliding`) and each --worker, what each may read and write, and with --tls a TLS
+    listener (docs/daemon.md, "Trust")."""
     try:
         from gliding.bus.broker import JOB_USER, write_broker_config
 
         settings = _settings({})
         files = write_broker_config(directory, workers=workers, port=port, bind=bind,
-                                    max_message_bytes=settings.bus.max_message_bytes)
+                                    max_message_bytes=settings.bus.max_message_bytes,
+                                    tls=tls, tls_hosts=tls_hosts)
     except Exception as exc:
         _fail(exc)
-    _say(f"wrote {files.config}: start it with `mosquitto -c {files.config}`; the daemon "
+    tls_line = "" if files.ca_file is None else (
+        f" and bus.ca_file: {files.ca_file} (copy it to every worker's host)")
+    _say(f"wrote {files.config}: start it with `mosquitto -c {files.config}`; clients use "
+         f"bus.url: {files.url}{tls_line}; the daemon "
          f"uses bus.username: {JOB_USER} and bus.password_file: "
          f"{files.passwords[JOB_USER]}, each worker its own name and password file "
          f"({', '.join(str(p) for u, p in files.passwords.items() if u != JOB_USER) or 'none'})",
-         event="broker.configured", config=str(files.config),
+         event="broker.configured", config=str(files.config), url=files.url,
+         ca_file=None if files.ca_file is None else str(files.ca_file),
          passwords={u: str(p) for u, p in files.passwords.items()})
 
 

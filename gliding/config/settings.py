@@ -390,7 +390,8 @@ class MCPSettings(_Section):
 
 
 class BusSettings(_Section):
-    url: str | None = None  # mqtt://host:port of an MQTT 5 broker; None = the in-process bus
+    # mqtt://host:port (mqtts:// with TLS) of an MQTT 5 broker; None = the in-process bus
+    url: str | None = None
     connect_timeout_s: float = Field(5.0, gt=0, le=600)  # then the broker is unreachable
     keepalive_s: int = Field(30, ge=5, le=3600)  # MQTT keep-alive of every connection
     reconnect_max_s: float = Field(10.0, gt=0, le=600)  # longest wait between reconnect tries
@@ -406,6 +407,9 @@ class BusSettings(_Section):
     # the broker's user and the file holding its password (`gliding broker init`); None: none
     username: str | None = Field(None, min_length=1, max_length=256)
     password_file: Path | None = None
+    # with an mqtts:// url: the CA certificate(s) the broker's certificate is checked against
+    # (`gliding broker init --tls` writes ca.crt); None: the system's CAs
+    ca_file: Path | None = None
 
 
 class DaemonSettings(_Section):

@@ -134,9 +134,10 @@ async def open_bus(settings: Settings, *, client_id: str | None = None,
     worker's name, ``bus/auth.py``), as that worker.
 
     Raises:
-        BusError: the broker cannot be reached within ``bus.connect_timeout_s``, the URL is
-            not ``mqtt://host:port``, or the bus key is missing (a worker), unreadable or
-            readable by others.
+        BusError: the broker cannot be reached within ``bus.connect_timeout_s`` (or, with
+            ``mqtts://``, its certificate does not check against ``bus.ca_file``), the URL is
+            not ``mqtt://host:port`` or ``mqtts://host:port``, or the bus key is missing (a
+            worker), unreadable or readable by others.
     """
     if settings.bus.url is None:
         async with InProcessBus() as local:

@@ -81,7 +81,8 @@ async def test_a_broker_that_never_answers_times_out_with_a_bus_error() -> None:
 @pytest.mark.parametrize(
     "url",
     ["http://127.0.0.1:1883", "mqtt://", "127.0.0.1:1883", "mqtt://host:port",
-     "mqtt://host:99999", "mqtt://host:1883/path", "mqtt://user@host:1883", "mqtt://h:1?x=1"],
+     "mqtt://host:99999", "mqtt://host:1883/path", "mqtt://user@host:1883", "mqtt://h:1?x=1",
+     "ssl://host:8883", "mqtts://user@host:8883"],
 )
 def test_a_bad_url_is_a_bus_error(url: str) -> None:
     with pytest.raises(BusError, match="mqtt://host:port"):
@@ -91,6 +92,8 @@ def test_a_bad_url_is_a_bus_error(url: str) -> None:
 def test_urls_and_settings() -> None:
     assert parse_url("mqtt://broker.local:1884") == ("broker.local", 1884)
     assert parse_url("mqtt://10.0.0.1") == ("10.0.0.1", 1883)
+    assert parse_url("mqtts://broker.local") == ("broker.local", 8883)  # TLS
+    assert parse_url("mqtts://[::1]:8884") == ("::1", 8884)
     with pytest.raises(BusError, match="bus.url is not set"):
         MQTTBus.from_settings(BusSettings())
     bus: Bus = MQTTBus.from_settings(BusSettings(url="mqtt://127.0.0.1:1"), client_id="w1")

@@ -400,3 +400,36 @@ def test_username_and_password_file_are_the_brokers_credentials(tmp: Path) -> No
     assert outcome["right"] == "ok"
     assert outcome["none"].startswith("cannot connect") and outcome["wrong user"].startswith(
         "cannot connect")
+
+
+def test_ca_file_is_the_ca_a_tls_brokers_certificate_is_checked_against(tmp: Path) -> None:
+    assert DEFAULTS.ca_file is None  # the system's CAs, which never signed a private broker's
+    (tmp / "mosquitto").mkdir()
+    server = Mosquitto(tmp / "mosquitto")
+    files = write_broker_config(tmp / "conf", workers=[], port=server.port, tls=True)
+    other = write_broker_config(tmp / "other", workers=[], port=server.port, tls=True)
+    server.config.write_text(files.config.read_text())
+    env = {"GLIDING_BUS__URL": f"mqtts://127.0.0.1:{server.port}", "GLIDING_BUS__AUTH": "false",
+           "GLIDING_BUS__USERNAME": "gliding", "GLIDING_BUS__CONNECT_TIMEOUT_S": "3",
+           "GLIDING_BUS__PASSWORD_FILE": str(files.passwords["gliding"])}
+    tries = {"unset": {}, "another CA": {"GLIDING_BUS__CA_FILE": str(other.ca_file)},
+             "the broker's CA": {"GLIDING_BUS__CA_FILE": str(files.ca_file)}}
+    outcome: dict[str, str] = {}
+
+    async def connect_each() -> None:
+        for name, more in tries.items():
+            try:
+                async with open_bus(settings_from(tmp, {**env, **more})) as bus:
+                    await round_trip(bus, 1)
+                outcome[name] = "ok"
+            except BusError as exc:
+                outcome[name] = exc.message
+
+    server.start()
+    try:
+        anyio.run(within, 30, connect_each)
+    finally:
+        server.stop()
+    assert outcome["the broker's CA"] == "ok"
+    assert "CERTIFICATE_VERIFY_FAILED" in outcome["unset"]
+    assert "CERTIFICATE_VERIFY_FAILED" in outcome["another CA"]

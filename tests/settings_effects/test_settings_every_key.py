@@ -213,6 +213,8 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_bus.test_username_and_password_file_are_the_brokers_credentials"],
     "bus.password_file": [
         "test_settings_bus.test_username_and_password_file_are_the_brokers_credentials"],
+    "bus.ca_file": [
+        "test_settings_bus.test_ca_file_is_the_ca_a_tls_brokers_certificate_is_checked_against"],
     "daemon.heartbeat_s": [
         "test_settings_workers.test_heartbeat_s_is_how_often_a_worker_says_it_is_alive"],
     "daemon.lease_s": [
