@@ -36,9 +36,9 @@ from pyoxigraph import Quad
 
 from gliding.context.tokens import TokenCounter
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.blackboard import sparql_iri
-from gliding.memory.projection import FRAMES, Projector
-from gliding.memory.vocabulary import node_to_quads
+from gliding.memory.board.blackboard import sparql_iri
+from gliding.memory.board.projection import FRAMES, Projector
+from gliding.memory.board.vocabulary import node_to_quads
 
 PROJECTION_LIMIT = 200
 BRIEFING_TOKENS = 300  # memory.recall.briefing_tokens' default

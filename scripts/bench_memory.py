@@ -26,7 +26,7 @@ def main() -> int:
 
     from gliding.bench.memory import parse_range, run_memory_bench
     from gliding.errors import UsageError
-    from gliding.memory.vectors import Precision
+    from gliding.memory.recall.vectors import Precision
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("locomo", type=Path, help="LoCoMo-format JSON (a list of samples)")

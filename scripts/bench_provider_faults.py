@@ -47,7 +47,7 @@ import anyio
 
 from gliding.bench.stats import emit
 from gliding.cli.logs import configure_logging
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.testing.fake_provider import FakeProvider, FaultPlan
 
 GLIDING = Path(sys.executable).parent / "gliding"

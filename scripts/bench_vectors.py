@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from gliding.bench.stats import percentile
-from gliding.memory.vectors import ExactVectorIndex, VectorIndex, normalise
+from gliding.memory.recall.vectors import ExactVectorIndex, VectorIndex, normalise
 
 K = 10
 BATCH = 256

@@ -144,7 +144,7 @@ def write_job(lay: Layout, commands: dict[str, str]) -> None:
 
 def bash_steps(data: Path, job: str) -> dict[str, Step]:
     """DA's bash results from the job's archive, by attempt name."""
-    from gliding.memory.archive import Archive
+    from gliding.memory.archive.store import Archive
 
     steps: dict[str, Step] = {}
     with Archive.open(data, job, create=False) as arch:
@@ -348,7 +348,7 @@ def run(lay: Layout) -> dict[str, Any]:
     steps: dict[str, Step] = {}
     status = None
     if report.get("job"):
-        from gliding.memory.archive import Archive
+        from gliding.memory.archive.store import Archive
 
         steps = bash_steps(lay.data, report["job"])
         with Archive.open(lay.data, report["job"], create=False) as arch:

@@ -15,7 +15,7 @@ for ingestion. The session is the role's name (``DA``), or for a DA working on o
 the exploratory pipeline ``DA.<cycle>.<step>`` (``core.iri.step_session``): sessions of one role
 run at the same time without sharing a turn number, a result, an intent or a begin mark.
 Spending is the role's: budgets are checked and charged per role (``DA``), by every session.
-Writes go through the archive port (``memory.archive_port``), never on the event loop. While
+Writes go through the archive port (``memory.archive.port``), never on the event loop. While
 the model thinks, the sources the context engine predicts the next step will read are warmed
 into the port's read cache.
 
@@ -71,8 +71,8 @@ from gliding.core.messages import Completion, Message, ToolCall, Usage
 from gliding.core.text import error_line, one_line
 from gliding.errors import GlidingError, ProviderUnavailable
 from gliding.llm.port import LLM, LLMRequest, ProviderNotice, free_backend
-from gliding.memory.archive import CallRecord
-from gliding.memory.archive_port import ArchivePort
+from gliding.memory.archive.port import ArchivePort
+from gliding.memory.archive.store import CallRecord
 from gliding.tools.base import ToolContext, ToolOutcome, Toolset
 from gliding.tools.shell import stop_orphan
 from gliding.tools.snapshot import mark as workspace_mark

@@ -65,7 +65,7 @@ from gliding.core.messages import ToolSpec
 from gliding.core.text import error_line, traceback_text
 from gliding.errors import ProviderUnavailable
 from gliding.llm.port import LLM
-from gliding.memory.archive_port import ArchivePort
+from gliding.memory.archive.port import ArchivePort
 from gliding.tools.base import ToolContext, ToolGroupManager
 from gliding.tools.checks import ChecksGroup, outcomes_in
 from gliding.tools.sandbox import Sandbox

@@ -61,7 +61,7 @@ from gliding.context.tokens import MESSAGE_OVERHEAD, TokenCounter
 from gliding.core.iri import result_iri, turn_iri
 from gliding.core.messages import Message
 from gliding.errors import UsageError
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 
 FACT = re.compile(r"[A-Za-z0-9_./-]*[/_.][A-Za-z0-9_./-]*[A-Za-z0-9]|\b\d{3,}\b")
 STRATEGIES = ("naive", "obs_mask", "compact_recent", "gliding")

@@ -37,16 +37,16 @@ from typing import Any
 
 import numpy as np
 
+from gliding.bench.conversation import ConversationIngestor, sessions_of
 from gliding.bench.stats import percentile
 from gliding.context.tokens import TokenCounter
 from gliding.errors import UsageError
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.conversation import ConversationIngestor, sessions_of
-from gliding.memory.ingest import Ingestor
-from gliding.memory.knowledge import KnowledgeMemory
-from gliding.memory.recall import RecallSettings
-from gliding.memory.vectors import Embedder, Precision, load_embedder
+from gliding.memory.ingest.ingestor import Ingestor
+from gliding.memory.recall.hybrid import RecallSettings
+from gliding.memory.recall.knowledge import KnowledgeMemory
+from gliding.memory.recall.vectors import Embedder, Precision, load_embedder
 
 DIA_ID = re.compile(r"D(\d+):(\d+)")
 METHODS = ("recency", "bm25", "vector", "gliding")

@@ -30,7 +30,7 @@ from typing import Any
 
 from gliding.bench.context import Gliding, _facts, exact_counter, load_records, steps_of
 from gliding.config.settings import ContextSettings, PrefetchSettings
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 
 METHODS = ("none", "lru", "gliding")
 

@@ -22,7 +22,7 @@ import typer
 from gliding import __version__
 
 if TYPE_CHECKING:
-    from gliding.memory.vectors import Precision
+    from gliding.memory.recall.vectors import Precision
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Gliding: run teams of LLM agents (Plan, Do, Check, Act) on a task.")
@@ -608,7 +608,7 @@ def memory_show(
     """Print an archived item back, byte-exact."""
     from gliding.core.iri import parse_iri
     from gliding.errors import GlidingError, IRIError
-    from gliding.memory.archive import open_for_iri
+    from gliding.memory.archive.store import open_for_iri
 
     try:
         settings = _settings(_data_dir(data_dir))
@@ -645,7 +645,7 @@ def memory_query(
     from gliding.errors import GlidingError
 
     try:
-        from gliding.memory.blackboard import check_read_only_query
+        from gliding.memory.board.blackboard import check_read_only_query
 
         settings = _settings(_data_dir(data_dir))
         _bounded("--limit", limit, 1, 100_000)
@@ -675,7 +675,7 @@ def memory_search(
     from gliding.errors import GlidingError
 
     try:
-        from gliding.memory.search import search_nodes
+        from gliding.memory.board.search import search_nodes
 
         settings = _settings(_data_dir(data_dir))
         _bounded("--top", k, 1, 1000)
@@ -756,8 +756,8 @@ def memory_graph(
     from gliding.errors import GlidingError
 
     try:
-        from gliding.memory.picture import draw, neighbourhood
-        from gliding.memory.vocabulary import check_iri
+        from gliding.cli.picture import draw, neighbourhood
+        from gliding.memory.board.vocabulary import check_iri
 
         check_iri(iri)
         board = _open_board(data_dir)
@@ -894,7 +894,7 @@ def _precision(text: str) -> Precision:
     from typing import get_args
 
     from gliding.errors import UsageError
-    from gliding.memory.vectors import Precision
+    from gliding.memory.recall.vectors import Precision
 
     choices = get_args(Precision)
     if text not in choices:

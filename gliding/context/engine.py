@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from gliding.config.settings import ContextSettings
 from gliding.context.facts import FactBook
 from gliding.context.gist import action_line, gist
+from gliding.context.prefetch.lines import LineIndex
+from gliding.context.prefetch.predictor import Predictor, PrefetchParams, Warm
 from gliding.context.router import route_call, route_result
+from gliding.context.summaries import ChainEntry, SummaryChain, Weights, base_of, relative
 from gliding.context.tokens import TokenCounter
 from gliding.core.identifiers import identifiers
 from gliding.core.messages import Message
 from gliding.core.text import clip
-from gliding.memory.prefetch.lines import LineIndex
-from gliding.memory.prefetch.predictor import Predictor, PrefetchParams, Warm
-from gliding.memory.summaries import ChainEntry, SummaryChain, Weights, base_of, relative
 
 MESSAGE_FLOOR = 16  # tokens a cut message keeps at least (its framing and the cut notice)
 ARGUMENT_FLOOR_BYTES = 16 << 10  # a tool call's arguments may always have this much
@@ -334,7 +334,7 @@ class ContextEngine:
     def recall(self, query: str, limit: int = 8) -> list[ChainEntry]:
         """Compacted turns (kept or evicted) that share the most terms with ``query``, by their
         L1 line and the identifiers of their full text (the line index)."""
-        from gliding.memory.summaries import relevance, terms
+        from gliding.context.summaries import relevance, terms
 
         wanted = terms(query)
         scored = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from gliding.memory.prefetch.lines import Line, LineIndex
+from gliding.context.prefetch.lines import Line, LineIndex
 
 
 @dataclass(frozen=True)

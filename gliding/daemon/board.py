@@ -30,8 +30,8 @@ from anyio.from_thread import BlockingPortal
 from gliding.bus.port import Bus
 from gliding.config.settings import Settings
 from gliding.errors import GlidingError
-from gliding.memory.archive import Archive
-from gliding.memory.blackboard import Blackboard
+from gliding.memory.archive.store import Archive
+from gliding.memory.board.blackboard import Blackboard
 from gliding.memory.coherence.nodes import JobNodeStore
 from gliding.memory.coherence.service import BoardClosed, Cache, CoherenceTimeout, Directory
 from gliding.memory.coherence.views import CoherentViews

@@ -61,11 +61,11 @@ from gliding.daemon.runtime import Runtime, open_bus
 from gliding.errors import ArchiveError, ProviderUnavailable, TaskFileError, ToolError, UsageError
 from gliding.llm.port import LLM, backend_kind
 from gliding.llm.prices import refuse_unpriced_cost_budget, settings_price
-from gliding.memory.archive import Archive, archive_path
-from gliding.memory.archive_port import ArchivePort, LocalArchive
-from gliding.memory.ingest import Ingestor
-from gliding.memory.ingest_service import IngestService
-from gliding.memory.journal import ArchiveJournal, last_entry
+from gliding.memory.archive.journal import ArchiveJournal, last_entry
+from gliding.memory.archive.port import ArchivePort, LocalArchive
+from gliding.memory.archive.store import Archive, archive_path
+from gliding.memory.ingest.ingestor import Ingestor
+from gliding.memory.ingest.service import IngestService
 from gliding.scheduler import policy, supervisor
 from gliding.scheduler.report import JobReport, build_report
 from gliding.scheduler.runner import JobRunner, Verifier
@@ -687,7 +687,7 @@ async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *, resumed: bool
     the archive server that writes what workers without the archive file send. A resumed job
     first waits 1.5 heartbeats for workers still holding its work to say so."""
     from gliding.daemon.dispatch import Dispatcher
-    from gliding.memory.bus_archive import ArchiveServer
+    from gliding.memory.archive.bus import ArchiveServer
 
     archive, settings = j.archive, j.settings
     model = await anyio.to_thread.run_sync(archive.get_meta, "model_spec")

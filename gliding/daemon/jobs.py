@@ -32,7 +32,7 @@ import anyio
 import structlog
 
 from gliding.errors import ArchiveError, BusError, GlidingError, UsageError
-from gliding.memory.archive import ARCHIVE_FILE, Archive
+from gliding.memory.archive.store import ARCHIVE_FILE, Archive
 
 LOCK_FILE = "running.lock"
 WORKSPACE_LOCKS = "workspaces"

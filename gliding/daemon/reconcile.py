@@ -47,7 +47,7 @@ from gliding.daemon import queue as q
 from gliding.daemon.jobs import CANCELLED_BY, FINISHED, STOPPED, SUSPENDED_BY, JobLock
 from gliding.daemon.queue import JobQueue, QueueDamaged, QueuedJob
 from gliding.errors import ArchiveError, GlidingError
-from gliding.memory.archive import ARCHIVE_FILE, Archive
+from gliding.memory.archive.store import ARCHIVE_FILE, Archive
 
 REBUILD_SUFFIX = ".rebuild"
 DAMAGED_SUFFIX = ".damaged-"

@@ -39,12 +39,12 @@ from gliding.bus.port import Bus
 from gliding.config.settings import Settings
 from gliding.context.tokens import TokenCounter
 from gliding.errors import GlidingError
-from gliding.memory.blackboard import Blackboard
-from gliding.memory.knowledge import KnowledgeMemory
-from gliding.memory.knowledge_access import MemoryAccess
-from gliding.memory.projection import Projector
-from gliding.memory.vector_cache import CACHE_FILE, CachedEmbedder
-from gliding.memory.vectors import Embedder, VectorIndex, load_embedder
+from gliding.memory.board.blackboard import Blackboard
+from gliding.memory.board.projection import Projector
+from gliding.memory.recall.access import MemoryAccess
+from gliding.memory.recall.knowledge import KnowledgeMemory
+from gliding.memory.recall.vector_cache import CACHE_FILE, CachedEmbedder
+from gliding.memory.recall.vectors import Embedder, VectorIndex, load_embedder
 
 log = structlog.get_logger("gliding.daemon")
 

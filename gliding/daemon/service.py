@@ -80,7 +80,7 @@ from gliding.daemon.reconcile import Unsettled, ended_in_archive, open_queue
 from gliding.daemon.runtime import Runtime
 from gliding.errors import GlidingError, IRIError, NotFoundError, TaskFileError, UsageError
 from gliding.llm.port import free_backend
-from gliding.memory.archive import Archive, CallRecord, archive_path, open_for_iri
+from gliding.memory.archive.store import Archive, CallRecord, archive_path, open_for_iri
 from gliding.tools.groups import GROUP_NAMES, known_group
 
 log = structlog.get_logger("gliding.daemon")

@@ -55,9 +55,9 @@ from gliding.daemon.jobs import leaves
 from gliding.daemon.runtime import Runtime, bus_key_path, open_bus
 from gliding.errors import BusError, GlidingError, ProviderUnavailable, TaskFileError, UsageError
 from gliding.llm.port import LLM
-from gliding.memory.archive import Archive, archive_path
-from gliding.memory.archive_port import ArchivePort, LocalArchive
-from gliding.memory.bus_archive import BusArchive
+from gliding.memory.archive.bus import BusArchive
+from gliding.memory.archive.port import ArchivePort, LocalArchive
+from gliding.memory.archive.store import Archive, archive_path
 
 log = structlog.get_logger("gliding.worker")
 

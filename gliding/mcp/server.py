@@ -67,8 +67,8 @@ from gliding.daemon.service import archived_status as _archived_status
 from gliding.daemon.service import read_page as _read_page
 from gliding.daemon.service import utf8_page as _utf8_page  # noqa: F401  (its old home)
 from gliding.errors import GlidingError, IRIError, NotFoundError, TaskFileError, UsageError
-from gliding.memory.archive import archive_path
-from gliding.memory.blackboard import check_read_only_query
+from gliding.memory.archive.store import archive_path
+from gliding.memory.board.blackboard import check_read_only_query
 
 log = structlog.get_logger("gliding.mcp")
 

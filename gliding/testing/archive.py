@@ -19,7 +19,7 @@ from typing import Any
 
 from gliding.core.iri import parse_iri
 from gliding.errors import ArchiveError, IRIError, NotFoundError
-from gliding.memory.archive import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
+from gliding.memory.archive.store import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
 
 
 class InMemoryArchive:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gliding.memory.lexical import tokenize
+from gliding.memory.recall.lexical import tokenize
 
 
 class HashEmbedder:

@@ -8,7 +8,7 @@
 
 ``KnowledgeGroup`` (the "knowledge" tool group) owns a ``KnowledgeAccess``: long-term memory
 as the tools need it, implemented over the knowledge memory by
-``gliding.memory.knowledge_access`` (these tools never import the memory package). Its calls
+``gliding.memory.recall.access`` (these tools never import the memory package). Its calls
 run on a worker thread, so a slow query or the first search (which may load the embedder) does
 not stall the event loop. A GlidingError from either — a refused or malformed query, a
 timeout, a store that failed — comes back to the model as ``error: <message>`` with its hint.

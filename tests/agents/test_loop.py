@@ -21,8 +21,8 @@ from gliding.core.budget import BudgetTracker, Limits
 from gliding.core.messages import Completion, Message
 from gliding.errors import ArchiveError, ConfigError
 from gliding.llm.port import LLM, LLMRequest
-from gliding.memory.archive import Archive
-from gliding.memory.archive_port import LocalArchive
+from gliding.memory.archive.port import LocalArchive
+from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call
 from gliding.testing.archive import InMemoryArchive
 from gliding.tools.base import ToolContext

@@ -22,8 +22,8 @@ from gliding.core.clock import SystemClock
 from gliding.core.iri import parse_iri, parse_step_session, step_session, turn_iri
 from gliding.errors import IRIError
 from gliding.llm.port import LLM
-from gliding.memory.archive import Archive
-from gliding.memory.archive_port import LocalArchive
+from gliding.memory.archive.port import LocalArchive
+from gliding.memory.archive.store import Archive
 from gliding.testing.latency import LatencyLLM, step_team
 from gliding.tools.checks import ChecksGroup
 from gliding.tools.groups import job_groups

@@ -268,7 +268,7 @@ def test_memory_show_of_an_unknown_job_is_exit_3_with_a_hint(
 
 
 def test_memory_show_of_an_unknown_item_in_a_known_job_is_exit_3(tmp_path: Path) -> None:
-    from gliding.memory.archive import Archive
+    from gliding.memory.archive.store import Archive
 
     with Archive.open(tmp_path / "data", "job-1") as archive:
         archive.put("gliding://job/job-1/result/a", b"x", kind="result")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gliding.core.iri import record_iri, result_iri
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from tests.cli.cli_support import invoke, run_cli, tree
 
 JOB = "job-2026.cli_test"

@@ -16,7 +16,7 @@ from gliding.cli.render import progress_line, report_dict, report_text
 from gliding.config.loader import load_settings
 from gliding.config.task import load_task
 from gliding.daemon.compose import JobHandle, run_job
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call
 from tests.cli.cli_support import invoke, run_cli
 

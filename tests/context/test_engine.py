@@ -28,8 +28,8 @@ from gliding.context.engine import ContextEngine
 from gliding.context.tokens import TokenCounter
 from gliding.core.iri import result_iri, turn_iri
 from gliding.core.messages import Message, ToolCall
-from gliding.memory.archive import Archive
-from gliding.memory.archive_port import LocalArchive
+from gliding.memory.archive.port import LocalArchive
+from gliding.memory.archive.store import Archive
 from gliding.tools.base import ToolContext, Toolset
 from gliding.tools.readback import MemoryGroup
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gliding.context.facts import FactBook
-from gliding.memory.prefetch.lines import LineIndex
+from gliding.context.prefetch.lines import LineIndex
 
 BASE = "gliding://job/j/"
 

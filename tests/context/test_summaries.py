@@ -10,9 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gliding.context.tokens import TokenCounter
-from gliding.core.iri import result_iri, turn_iri
-from gliding.memory.summaries import (
+from gliding.context.summaries import (
     ChainEntry,
     SummaryChain,
     Weights,
@@ -21,6 +19,8 @@ from gliding.memory.summaries import (
     scores,
     terms,
 )
+from gliding.context.tokens import TokenCounter
+from gliding.core.iri import result_iri, turn_iri
 
 WORDS = ["parse_config", "loader", "yaml", "pytest", "passed", "failed", "write_file",
          "src/app.py", "retry", "cache_key", "tenant", "region", "handler", "budget", "1234"]

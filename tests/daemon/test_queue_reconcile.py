@@ -24,7 +24,7 @@ from gliding.daemon.jobs import CANCELLED_BY, SUSPENDED_BY
 from gliding.daemon.queue import JobQueue, QueueDamaged
 from gliding.daemon.reconcile import ended_in_archive, open_queue
 from gliding.errors import ArchiveError, NotFoundError
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from tests.daemon.daemon_support import (
     TASK,
     TIMEOUT_S,

@@ -13,7 +13,7 @@ import pytest
 from gliding.daemon import service as service_module
 from gliding.daemon.queue import JobStateError
 from gliding.errors import ArchiveError, NotFoundError, TaskFileError, UsageError
-from gliding.memory.archive import Archive, archive_path
+from gliding.memory.archive.store import Archive, archive_path
 from tests.daemon.daemon_support import (
     TASK,
     events_of,

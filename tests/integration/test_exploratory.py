@@ -20,9 +20,9 @@ from gliding.daemon.compose import resume_job, run_job
 from gliding.daemon.jobs import list_jobs
 from gliding.daemon.runtime import blackboard_path
 from gliding.llm.port import LLM, LLMRequest
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.ingest import Ingestor
+from gliding.memory.ingest.ingestor import Ingestor
 from gliding.testing.latency import LatencyLLM, step_team
 
 STEPS = 4

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.tools.sandbox import bwrap_problem
 from tests.cli.cli_support import run_cli
 

@@ -30,7 +30,7 @@ from gliding.daemon import compose
 from gliding.daemon.compose import JobHandle, resume_job, run_job
 from gliding.daemon.jobs import WorkspaceBusy, WorkspaceLock, list_jobs
 from gliding.errors import ArchiveError, GlidingError, TaskFileError
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call, text
 from gliding.tools.base import ToolGroupManager
 from tests.cli.cli_support import clean_env, gliding_script, invoke, tree

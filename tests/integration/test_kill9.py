@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gliding.memory.archive import Archive, archive_path
+from gliding.memory.archive.store import Archive, archive_path
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from gliding.core.messages import Message
 from gliding.daemon.compose import run_job
 from gliding.llm.local import LocalLLM, packaged_model_path
 from gliding.llm.port import LLMRequest
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.tools.groups import job_groups
 
 pytestmark = pytest.mark.slow

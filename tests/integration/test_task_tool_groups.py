@@ -13,7 +13,7 @@ from gliding.config.loader import load_settings
 from gliding.config.task import load_task
 from gliding.daemon.compose import run_job
 from gliding.errors import TaskFileError
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call
 
 

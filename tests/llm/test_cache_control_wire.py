@@ -23,8 +23,8 @@ from gliding.context.tokens import TokenCounter
 from gliding.core.budget import BudgetTracker, Limits
 from gliding.llm.hosted import HostedLLM
 from gliding.llm.port import LLMRequest
-from gliding.memory.archive import Archive
-from gliding.memory.archive_port import LocalArchive
+from gliding.memory.archive.port import LocalArchive
+from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call
 from gliding.tools.base import ToolContext
 from gliding.tools.groups import job_groups

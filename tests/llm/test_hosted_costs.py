@@ -29,7 +29,7 @@ from gliding.daemon.compose import build_llm, resume_job, run_job
 from gliding.errors import TaskFileError
 from gliding.llm.hosted import litellm_price
 from gliding.llm.port import LLMRequest
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from tests.cli.cli_support import invoke, tree
 from tests.daemon.daemon_support import serving
 from tests.llm.openai_fake import MODEL, PRICES, FakeOpenAI, serve_fake_openai

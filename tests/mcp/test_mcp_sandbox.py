@@ -32,7 +32,7 @@ from gliding.daemon.compose import run_job
 from gliding.errors import ToolError
 from gliding.mcp import confined as confined_module
 from gliding.mcp.client import MCPGroup, mcp_groups
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call
 from gliding.tools.sandbox import Limits, Sandbox, bwrap_problem
 from gliding.tools.toolchain import resolve_toolchain

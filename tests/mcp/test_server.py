@@ -36,7 +36,7 @@ from mcp_types import CallToolResult
 from gliding.config.loader import load_settings
 from gliding.daemon.runtime import blackboard_path
 from gliding.mcp.server import MAX_ANSWER_CHARS, Service, _bounded, _utf8_page, build_server
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 
 # The server's environment: what StdioServerParameters passes (PATH, HOME, ...) and these; no

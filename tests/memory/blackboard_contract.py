@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gliding.memory.blackboard import (
+from gliding.memory.board.blackboard import (
     Blackboard,
     BlackboardError,
     QueryError,
@@ -29,7 +29,7 @@ from gliding.memory.blackboard import (
     sparql_iri,
     sparql_literal,
 )
-from gliding.memory.vocabulary import NS, RDF_TYPE, VocabularyError, validate_node
+from gliding.memory.board.vocabulary import NS, RDF_TYPE, VocabularyError, validate_node
 
 CONTRACT_MAX_LIMIT = 10
 G1 = "gliding://job/j1"

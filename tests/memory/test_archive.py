@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gliding.core.iri import parse_iri, record_iri, result_iri, turn_iri
 from gliding.errors import ArchiveError, IRIError, NotFoundError
-from gliding.memory.archive import (
+from gliding.memory.archive.store import (
     Archive,
     ArchivedItem,
     CallRecord,

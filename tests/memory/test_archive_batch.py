@@ -17,7 +17,7 @@ import pytest
 import gliding
 from gliding.core.iri import record_iri
 from gliding.errors import ArchiveError, NotFoundError
-from gliding.memory.archive import Archive, CallRecord, archive_path
+from gliding.memory.archive.store import Archive, CallRecord, archive_path
 
 JOB = "job1"
 REPO_ROOT = Path(gliding.__file__).resolve().parents[1]
@@ -168,7 +168,7 @@ CHILD = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     from gliding.core.iri import record_iri
-    from gliding.memory.archive import Archive
+    from gliding.memory.archive.store import Archive
 
     archive = Archive.open(Path(sys.argv[1]), "job1")
     archive.put(str(record_iri("job1", "note", "committed")), "kept", kind="note")

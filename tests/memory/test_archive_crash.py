@@ -24,7 +24,7 @@ import pytest
 
 import gliding
 from gliding.core.iri import record_iri
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 
 JOB = "crash-job"
 REPO_ROOT = Path(gliding.__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ CHILD = "import random\n\n" + inspect.getsource(expected_content) + textwrap.ded
     from pathlib import Path
 
     from gliding.core.iri import record_iri
-    from gliding.memory.archive import Archive
+    from gliding.memory.archive.store import Archive
 
     data_dir, job, start = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     archive = Archive.open(data_dir, job)

@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gliding.errors import ArchiveError, IRIError, NotFoundError
-from gliding.memory.archive import Archive, CallRecord
-from gliding.memory.archive_port import ArchivePort, CacheStats, LocalArchive, ReadCache
+from gliding.memory.archive.port import ArchivePort, CacheStats, LocalArchive, ReadCache
+from gliding.memory.archive.store import Archive, CallRecord
 from gliding.testing.archive import InMemoryArchive
 
 J = "gliding://job/j1"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from gliding.memory.archive import Archive, CallRecord, archive_path
-from gliding.memory.archive_schema import SCHEMA_VERSION
+from gliding.memory.archive.schema import SCHEMA_VERSION
+from gliding.memory.archive.store import Archive, CallRecord, archive_path
 
 JOB = "20260101-000000-abcdef"
 

@@ -10,8 +10,8 @@ import pytest
 from pyoxigraph import Literal, NamedNode, Quad
 
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.blackboard import BlackboardError, QueryTimeout
-from gliding.memory.vocabulary import NS, validate_node
+from gliding.memory.board.blackboard import BlackboardError, QueryTimeout
+from gliding.memory.board.vocabulary import NS, validate_node
 from tests.memory.blackboard_contract import (
     CONTRACT_MAX_LIMIT,
     G1,

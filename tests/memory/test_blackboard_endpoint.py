@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
-from gliding.memory.blackboard import BlackboardError, QueryTimeout
+from gliding.memory.board.blackboard import BlackboardError, QueryTimeout
 from gliding.testing.servers import OXIGRAPH, free_port, oxigraph_serve, post
 from tests.memory.blackboard_contract import (
     CONTRACT_MAX_LIMIT,

@@ -14,14 +14,14 @@ import pytest
 from gliding.bus.inproc import InProcessBus
 from gliding.config.settings import Settings
 from gliding.daemon.board import worker_views
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+from gliding.memory.board.projection import Projector
+from gliding.memory.board.vocabulary import from_jsonld
 from gliding.memory.coherence.nodes import JobNodeStore
 from gliding.memory.coherence.service import Cache, CoherenceTimeout, Directory
 from gliding.memory.coherence.views import CoherentViews
-from gliding.memory.ingest import Ingestor, index_iri, latest_revisions
-from gliding.memory.projection import Projector
-from gliding.memory.vocabulary import from_jsonld
+from gliding.memory.ingest.ingestor import Ingestor, index_iri, latest_revisions
 from gliding.testing.coherence import MemoryNodeStore
 
 pytestmark = pytest.mark.anyio

@@ -12,23 +12,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gliding.memory.archive import Archive
-from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.blackboard import Ref
-from gliding.memory.conversation import (
+from gliding.bench.conversation import (
     MAX_ENTITIES,
     ConversationIngestor,
     Session,
     Utterance,
     entity_key,
     named_entities,
-    parse_date,
-    parse_when,
     sessions_of,
     turn_count,
 )
-from gliding.memory.ingest import Ingestor
-from gliding.memory.vocabulary import MAX_IRI_CHARS, VocabularyError, check_iri, from_jsonld
+from gliding.core.dates import parse_date, parse_when
+from gliding.memory.archive.store import Archive
+from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+from gliding.memory.board.blackboard import Ref
+from gliding.memory.board.vocabulary import MAX_IRI_CHARS, VocabularyError, check_iri, from_jsonld
+from gliding.memory.ingest.ingestor import Ingestor
 
 JOB = "conv-1"
 BASE = f"gliding://job/{JOB}"

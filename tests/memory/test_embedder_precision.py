@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from gliding.memory.vectors import Embedder, ExactVectorIndex, cpu_has_bf16, load_embedder
+from gliding.memory.recall.vectors import Embedder, ExactVectorIndex, cpu_has_bf16, load_embedder
 
 TEXTS = [
     "I went hiking in the mountains last weekend.",
@@ -114,7 +114,7 @@ def test_auto_picks_bf16_exactly_where_the_cpu_has_it() -> None:
 
 @pytest.mark.heavy
 def test_auto_without_native_bf16_quantises_to_int8(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gliding.memory import vectors
+    from gliding.memory.recall import vectors
 
     monkeypatch.setattr(vectors, "cpu_has_bf16", lambda: False)
     auto = load_embedder(precision="auto")

@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gliding.memory import entities
-from gliding.memory.entities import Symbol, clean_path, extract
+from gliding.memory.ingest import entities
+from gliding.memory.ingest.entities import Symbol, clean_path, extract
 
 PYTEST_FAILURE = """exit code 1
 ============================= test session starts ==============================

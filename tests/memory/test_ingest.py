@@ -22,10 +22,10 @@ from gliding.config.task import load_task
 from gliding.core.checks import CheckResult, CommandSucceeds, FileContains
 from gliding.daemon.compose import run_job
 from gliding.daemon.runtime import blackboard_path
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.ingest import Ingestor
-from gliding.memory.vocabulary import NS, VocabularyError, check_iri, from_jsonld
+from gliding.memory.board.vocabulary import NS, VocabularyError, check_iri, from_jsonld
+from gliding.memory.ingest.ingestor import Ingestor
 from gliding.testing import ScriptedLLM, call
 from gliding.tools.checks import outcome_of
 

@@ -15,12 +15,12 @@ import pytest
 
 from gliding.agents.loop import ToolRecord
 from gliding.context.tokens import TokenCounter
-from gliding.memory.archive import Archive, archive_path
+from gliding.memory.archive.store import Archive, archive_path
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.blackboard import BlackboardError
-from gliding.memory.ingest import Ingestor
-from gliding.memory.knowledge import KnowledgeMemory
-from gliding.memory.vocabulary import VocabularyError, from_jsonld
+from gliding.memory.board.blackboard import BlackboardError
+from gliding.memory.board.vocabulary import VocabularyError, from_jsonld
+from gliding.memory.ingest.ingestor import Ingestor
+from gliding.memory.recall.knowledge import KnowledgeMemory
 
 JOB = "j1"
 GRAPH = f"gliding://job/{JOB}"

@@ -15,21 +15,21 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gliding.bench.conversation import ConversationIngestor, sessions_of
 from gliding.context.tokens import TokenCounter
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.blackboard import BlackboardError, QueryError, Ref
-from gliding.memory.conversation import ConversationIngestor, sessions_of
-from gliding.memory.ingest import Ingestor
-from gliding.memory.knowledge import (
+from gliding.memory.board.blackboard import BlackboardError, QueryError, Ref
+from gliding.memory.board.search import Hit
+from gliding.memory.board.vocabulary import VocabularyError
+from gliding.memory.ingest.ingestor import Ingestor
+from gliding.memory.recall.hybrid import MemoryItem, RecallSettings
+from gliding.memory.recall.knowledge import (
     RECALLED_TYPES,
     IndexingBlackboard,
     KnowledgeMemory,
 )
-from gliding.memory.recall import MemoryItem, RecallSettings
-from gliding.memory.search import Hit
-from gliding.memory.vectors import ExactVectorIndex
-from gliding.memory.vocabulary import VocabularyError
+from gliding.memory.recall.vectors import ExactVectorIndex
 from gliding.testing import embedder as fakes
 
 COUNT = TokenCounter().count

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gliding.memory.lexical import BM25Index, stem, tokenize, top_k
+from gliding.memory.recall.lexical import BM25Index, stem, tokenize, top_k
 
 DOCS = {
     "a": "Melanie painted a sunrise over the lake last year.",

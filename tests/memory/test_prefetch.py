@@ -9,8 +9,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gliding.memory.prefetch.lines import LineIndex
-from gliding.memory.prefetch.predictor import Predictor, PrefetchParams, Warm
+from gliding.context.prefetch.lines import LineIndex
+from gliding.context.prefetch.predictor import Predictor, PrefetchParams, Warm
 
 BASE = "gliding://job/j/"
 

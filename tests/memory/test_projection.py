@@ -14,8 +14,8 @@ from gliding.context.tokens import TokenCounter
 from gliding.daemon.compose import run_job
 from gliding.daemon.runtime import blackboard_path
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.projection import FRAMES, Projector, frame_query
-from gliding.memory.vocabulary import VocabularyError
+from gliding.memory.board.projection import FRAMES, Projector, frame_query
+from gliding.memory.board.vocabulary import VocabularyError
 from gliding.testing import ScriptedLLM, call
 
 TASK = """goal: Create hello.txt and HELLO.txt
@@ -108,8 +108,8 @@ def test_frames_always_have_a_limit_and_refuse_hostile_graphs() -> None:
 
 
 def test_ingestion_invalidates_the_views_that_used_a_node(tmp_path: Path) -> None:
-    from gliding.memory.archive import Archive
-    from gliding.memory.ingest import Ingestor
+    from gliding.memory.archive.store import Archive
+    from gliding.memory.ingest.ingestor import Ingestor
 
     board = OxigraphBlackboard.in_memory()
     projector = Projector(board, COUNT)

@@ -29,10 +29,10 @@ from gliding.config.settings import ToolSettings
 from gliding.context.tokens import TokenCounter
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.backends.query_process import evaluate_forked
-from gliding.memory.blackboard import BlackboardError, QueryTimeout, QueryTooLarge
-from gliding.memory.knowledge import KnowledgeMemory
-from gliding.memory.knowledge_access import MemoryAccess
-from gliding.memory.vocabulary import NS
+from gliding.memory.board.blackboard import BlackboardError, QueryTimeout, QueryTooLarge
+from gliding.memory.board.vocabulary import NS
+from gliding.memory.recall.access import MemoryAccess
+from gliding.memory.recall.knowledge import KnowledgeMemory
 from gliding.tools.base import ToolContext, ToolOutcome, Toolset
 from gliding.tools.knowledge import KnowledgeGroup
 

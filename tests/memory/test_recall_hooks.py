@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from gliding.context.tokens import TokenCounter
-from gliding.memory import recall as recall_module
 from gliding.memory.backends.qdrant_vectors import QdrantVectorIndex
-from gliding.memory.packing import group_header
-from gliding.memory.recall import HybridRecall, MemoryItem, RecallSettings, format_line
-from gliding.memory.vectors import ExactVectorIndex, VectorStoreError
+from gliding.memory.recall import hybrid as recall_module
+from gliding.memory.recall.hybrid import HybridRecall, MemoryItem, RecallSettings, format_line
+from gliding.memory.recall.packing import group_header
+from gliding.memory.recall.vectors import ExactVectorIndex, VectorStoreError
 from gliding.testing.embedder import HashEmbedder
 
 COUNTER = TokenCounter()
@@ -294,7 +294,7 @@ def test_a_shared_backend_s_stored_vectors_are_not_embedded_again() -> None:
 def test_grouped_packing_never_puts_an_undated_line_under_a_date() -> None:
     from datetime import date as day
 
-    from gliding.memory.packing import pack_grouped
+    from gliding.memory.recall.packing import pack_grouped
 
     dated = MemoryItem(id="a", text="a dated turn", session=0, position=1, date=day(2023, 5, 8))
     undated = MemoryItem(id="b", text="a job's turn", session=1, position=1)

@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from pyoxigraph import QuerySolutions, Store
 
 from gliding.memory.backends.rdf_terms import to_value
-from gliding.memory.blackboard import (
+from gliding.memory.board.blackboard import (
     QueryError,
     check_read_only_query,
     sparql_iri,
     sparql_literal,
 )
-from gliding.memory.vocabulary import VocabularyError
+from gliding.memory.board.vocabulary import VocabularyError
 
 STORE = Store()
 TRICKY = st.lists(

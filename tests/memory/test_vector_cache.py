@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from gliding.memory.recall import HybridRecall, MemoryItem
-from gliding.memory.vector_cache import CachedEmbedder, text_key
+from gliding.memory.recall.hybrid import HybridRecall, MemoryItem
+from gliding.memory.recall.vector_cache import CachedEmbedder, text_key
 from gliding.testing.embedder import HashEmbedder
 
 TEXTS = ["the staging database listens on port 5433", "lunch is at noon", "deploy on friday"]

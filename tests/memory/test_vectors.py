@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gliding.memory.vectors import Embedder, ExactVectorIndex, load_embedder, normalise
+from gliding.memory.recall.vectors import Embedder, ExactVectorIndex, load_embedder, normalise
 from tests.memory.vector_contract import MakeIndex, VectorIndexContract
 
 

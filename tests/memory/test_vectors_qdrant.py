@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gliding.memory.backends.qdrant_vectors import QdrantVectorIndex, open_qdrant_index, point_id
-from gliding.memory.vectors import ExactVectorIndex, VectorStoreError
+from gliding.memory.recall.vectors import ExactVectorIndex, VectorStoreError
 from tests.memory.vector_contract import MakeIndex, VectorIndexContract
 
 pytest.importorskip("qdrant_client")  # the backend module itself imports it only when used

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pyoxigraph import Literal, NamedNode, RdfFormat, parse
 
 from gliding.errors import UsageError
-from gliding.memory.vocabulary import (
+from gliding.memory.board.vocabulary import (
     CONTEXT,
     NS,
     PROPERTIES,

@@ -25,7 +25,7 @@ from typing import Protocol
 import numpy as np
 import pytest
 
-from gliding.memory.vectors import VectorIndex
+from gliding.memory.recall.vectors import VectorIndex
 
 ATOL = 1e-5
 

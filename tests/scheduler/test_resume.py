@@ -21,7 +21,7 @@ from gliding.daemon.jobs import list_jobs
 from gliding.daemon.runtime import open_blackboard
 from gliding.llm.port import LLMRequest
 from gliding.llm.scripted import FileScriptedLLM
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 
 REPLIES = """\
 PA:

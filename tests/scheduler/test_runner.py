@@ -14,7 +14,7 @@ from gliding.core.checks import FileContains
 from gliding.core.messages import Message
 from gliding.daemon.compose import JobHandle, run_job
 from gliding.llm.port import LLMRequest
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call
 
 
@@ -202,7 +202,7 @@ def test_wall_time_budget_cancels_a_running_job(tmp_path: Path) -> None:
 def test_turns_tool_results_and_files_land_in_the_job_graph(tmp_path: Path) -> None:
     from gliding.daemon.runtime import blackboard_path
     from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-    from gliding.memory.vocabulary import NS
+    from gliding.memory.board.vocabulary import NS
 
     llm = ScriptedLLM({"DA": [
         call("write_file", path="pkg/calc.py", content="def add(a, b):\n    return a + b\n"),

@@ -13,7 +13,7 @@ from gliding.config.loader import load_settings
 from gliding.config.task import Task
 from gliding.core.checks import FileContains
 from gliding.daemon.compose import JobHandle, run_job
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call
 from gliding.tools.readback import KNOWLEDGE_LABEL
 

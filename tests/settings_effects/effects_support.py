@@ -23,7 +23,7 @@ from gliding.config.task import Task, load_task
 from gliding.core.messages import Message
 from gliding.daemon.compose import JobHandle, run_job
 from gliding.llm.port import LLMRequest
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call
 
 Reply = Message | Callable[[LLMRequest], Message]

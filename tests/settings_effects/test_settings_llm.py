@@ -26,7 +26,7 @@ from gliding.errors import LLMError
 from gliding.llm.hosted import prepare_offline_environment
 from gliding.llm.local import LocalLLM, packaged_model_path
 from gliding.llm.port import LLMRequest
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from tests.llm.openai_fake import FakeOpenAI, serve_fake_openai
 from tests.settings_effects.effects_support import settings_from, write_task
 

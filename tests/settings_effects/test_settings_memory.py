@@ -23,13 +23,13 @@ from gliding.context.tokens import TokenCounter
 from gliding.daemon.board import job_board
 from gliding.daemon.runtime import blackboard_path, open_knowledge
 from gliding.errors import ConfigError
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.memory.backends import qdrant_vectors
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.backends.qdrant_vectors import QdrantVectorIndex
 from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
-from gliding.memory.knowledge import KnowledgeMemory
-from gliding.memory.vectors import ExactVectorIndex, VectorIndex
+from gliding.memory.recall.knowledge import KnowledgeMemory
+from gliding.memory.recall.vectors import ExactVectorIndex, VectorIndex
 from gliding.testing import call
 from gliding.testing.servers import OXIGRAPH, free_port, oxigraph_serve
 from gliding.tools.readback import KNOWLEDGE_LABEL

@@ -769,7 +769,7 @@ def _job_bash_outputs(tmp_path: Path, commands: list[str], *, network: bool) -> 
     from gliding.config.loader import load_settings
     from gliding.config.task import load_task
     from gliding.daemon.compose import run_job
-    from gliding.memory.archive import Archive
+    from gliding.memory.archive.store import Archive
     from gliding.testing import ScriptedLLM, call
 
     (tmp_path / "task.yaml").write_text(

@@ -19,11 +19,11 @@ from gliding.config.settings import ToolSettings
 from gliding.context.tokens import TokenCounter
 from gliding.errors import GlidingError
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.blackboard import QueryTimeout, Ref
-from gliding.memory.knowledge import KnowledgeMemory
-from gliding.memory.knowledge_access import MemoryAccess
-from gliding.memory.search import Hit
-from gliding.memory.vocabulary import NS
+from gliding.memory.board.blackboard import QueryTimeout, Ref
+from gliding.memory.board.search import Hit
+from gliding.memory.board.vocabulary import NS
+from gliding.memory.recall.access import MemoryAccess
+from gliding.memory.recall.knowledge import KnowledgeMemory
 from gliding.tools.base import SessionRecall, ToolContext, ToolOutcome, Toolset
 from gliding.tools.groups import job_groups
 from gliding.tools.knowledge import (

@@ -15,9 +15,9 @@ from gliding.bus import topics
 from gliding.bus.inproc import InProcessBus
 from gliding.bus.messages import ArchiveRequest
 from gliding.errors import ArchiveError, IRIError, NotFoundError
-from gliding.memory.archive import Archive, CallRecord
-from gliding.memory.archive_port import LocalArchive
-from gliding.memory.bus_archive import ArchiveServer, BusArchive
+from gliding.memory.archive.bus import ArchiveServer, BusArchive
+from gliding.memory.archive.port import LocalArchive
+from gliding.memory.archive.store import Archive, CallRecord
 
 J = "gliding://job/j1"
 

@@ -20,7 +20,7 @@ from gliding.daemon.compose import resume_job, run_job
 from gliding.daemon.runtime import Runtime, open_bus
 from gliding.daemon.workers import WorkerService
 from gliding.errors import ProviderUnavailable, UsageError
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 from gliding.testing.fake_provider import FakeProvider, FaultPlan
 from gliding.testing.servers import Mosquitto, mosquitto
 

@@ -47,7 +47,7 @@ from gliding.memory.backends.rdf_terms import (
     to_triple,
     triple_rows,
 )
-from gliding.memory.blackboard import (
+from gliding.memory.board.blackboard import (
     DEFAULT_MAX_LIMIT,
     DEFAULT_TIMEOUT_S,
     BlackboardError,
@@ -58,7 +58,12 @@ from gliding.memory.blackboard import (
     Value,
     check_read_only_query,
 )
-from gliding.memory.vocabulary import VocabularyError, check_iri, node_from_terms, node_to_quads
+from gliding.memory.board.vocabulary import (
+    VocabularyError,
+    check_iri,
+    node_from_terms,
+    node_to_quads,
+)
 
 DEFAULT_MAX_QUERIES = 4
 DEFAULT_QUERY_MEMORY_BYTES = 1 << 30  # what one query may allocate past the process's own size

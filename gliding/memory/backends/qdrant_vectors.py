@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import numpy as np
 import structlog
 
-from gliding.memory.vectors import VectorIndex, VectorStoreError, normalise
+from gliding.memory.recall.vectors import VectorIndex, VectorStoreError, normalise
 
 log = structlog.get_logger("gliding.memory")
 

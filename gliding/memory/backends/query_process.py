@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from gliding.memory.blackboard import BlackboardError, QueryError, QueryTimeout, QueryTooLarge
+from gliding.memory.board.blackboard import BlackboardError, QueryError, QueryTimeout, QueryTooLarge
 
 _HEADER = struct.Struct(">Q")  # the answer's length: one tag byte and the payload
 _OK, _REFUSED, _NO_MEMORY, _FAILED, _TOO_LONG = b"K", b"Q", b"M", b"F", b"L"

@@ -26,8 +26,8 @@ from pyoxigraph import (
 )
 from pyoxigraph import Triple as OxTriple
 
-from gliding.memory.blackboard import BlackboardError, Ref, Triple, TypedLiteral, Value
-from gliding.memory.vocabulary import literal_value
+from gliding.memory.board.blackboard import BlackboardError, Ref, Triple, TypedLiteral, Value
+from gliding.memory.board.vocabulary import literal_value
 
 
 def to_value(term: object) -> Value:

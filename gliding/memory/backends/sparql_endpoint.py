@@ -40,7 +40,7 @@ from gliding.memory.backends.rdf_terms import (
     result_rows,
     triple_rows,
 )
-from gliding.memory.blackboard import (
+from gliding.memory.board.blackboard import (
     DEFAULT_MAX_LIMIT,
     DEFAULT_TIMEOUT_S,
     BlackboardError,
@@ -52,7 +52,12 @@ from gliding.memory.blackboard import (
     check_read_only_query,
     sparql_iri,
 )
-from gliding.memory.vocabulary import VocabularyError, check_iri, node_from_terms, node_to_quads
+from gliding.memory.board.vocabulary import (
+    VocabularyError,
+    check_iri,
+    node_from_terms,
+    node_to_quads,
+)
 
 RESULTS_JSON = "application/sparql-results+json"
 N_TRIPLES = "application/n-triples"

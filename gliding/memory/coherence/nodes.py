@@ -25,10 +25,10 @@ import json
 import threading
 
 from gliding.errors import NotFoundError
-from gliding.memory.archive import Archive
-from gliding.memory.blackboard import Blackboard
-from gliding.memory.ingest import index_members, latest_revisions, revision_iri
-from gliding.memory.vocabulary import VocabularyError, from_jsonld
+from gliding.memory.archive.store import Archive
+from gliding.memory.board.blackboard import Blackboard
+from gliding.memory.board.vocabulary import VocabularyError, from_jsonld
+from gliding.memory.ingest.ingestor import index_members, latest_revisions, revision_iri
 
 
 class JobNodeStore:

@@ -28,7 +28,7 @@ import anyio
 
 from gliding.core.iri import parse_iri
 from gliding.errors import IRIError, NotFoundError
-from gliding.memory.archive import (
+from gliding.memory.archive.store import (
     DEFAULT_MEDIA_TYPE,
     Archive,
     ArchivedItem,

@@ -17,7 +17,7 @@ import anyio
 
 from gliding.core.crashpoints import crash_point
 from gliding.core.iri import record_iri
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
 
 
 class _Serialisable(Protocol):

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from gliding.errors import NotFoundError, UsageError
-from gliding.memory.blackboard import Blackboard, Ref, sparql_iri
+from gliding.memory.board.blackboard import Blackboard, Ref, sparql_iri
 
 
 def neighbourhood(board: Blackboard, iri: str, *, limit: int = 60

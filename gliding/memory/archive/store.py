@@ -20,7 +20,7 @@ connection is opened with ``check_same_thread=False`` and every operation holds 
 processes may open the same archive; SQLite's locking serialises their writes.
 
 Every sqlite3 and OS error is translated into ArchiveError (``raise ... from``). The tables,
-pragmas and schema version live in ``archive_schema.py``. This module is past 600 lines on
+pragmas and schema version live in ``schema.py``. This module is past 600 lines on
 purpose: the guarantees above (append-only, durable puts, batches, verified reads) hold only
 together, in one class over one connection and one lock.
 """
@@ -43,7 +43,7 @@ from typing import Any
 from gliding.core.crashpoints import crash_point
 from gliding.core.iri import IRI, job_iri, parse_iri
 from gliding.errors import ArchiveError, IRIError, NotFoundError
-from gliding.memory.archive_schema import CALL_COLUMNS, ENTRY_COLUMNS, prepare
+from gliding.memory.archive.schema import CALL_COLUMNS, ENTRY_COLUMNS, prepare
 
 DEFAULT_MEDIA_TYPE = "text/plain; charset=utf-8"
 ARCHIVE_FILE = "archive.sqlite3"

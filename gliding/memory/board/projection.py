@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gliding.memory.blackboard import Blackboard, Ref, Triple, sparql_iri
-from gliding.memory.vocabulary import NS
+from gliding.memory.board.blackboard import Blackboard, Ref, Triple, sparql_iri
+from gliding.memory.board.vocabulary import NS
 
 _PREFIX = f"PREFIX gl: <{NS}>\n"
 _ONE_HOP = """CONSTRUCT {{ ?s ?p ?o }} WHERE {{ GRAPH {graph} {{

@@ -35,8 +35,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import structlog
 
+from gliding.core.dates import parse_date
 from gliding.errors import GlidingError
-from gliding.memory.blackboard import (
+from gliding.memory.board.blackboard import (
     DEFAULT_TIMEOUT_S,
     Blackboard,
     Ref,
@@ -45,11 +46,10 @@ from gliding.memory.blackboard import (
     sparql_iri,
     sparql_literal,
 )
-from gliding.memory.conversation import parse_date
-from gliding.memory.recall import Count, HybridRecall, MemoryItem, Packed, RecallSettings
-from gliding.memory.search import Hit
-from gliding.memory.vectors import Embedder, VectorIndex
-from gliding.memory.vocabulary import NS
+from gliding.memory.board.search import Hit
+from gliding.memory.board.vocabulary import NS
+from gliding.memory.recall.hybrid import Count, HybridRecall, MemoryItem, Packed, RecallSettings
+from gliding.memory.recall.vectors import Embedder, VectorIndex
 
 log = structlog.get_logger("gliding.memory")
 

@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from gliding.memory.prefetch.lines import Line, LineIndex
+from gliding.context.prefetch.lines import Line, LineIndex
 
 MAX_POSTINGS = 400  # an identifier in more lines than this is too common to point anywhere
 FORGET = 0.01  # an access score below this is dropped

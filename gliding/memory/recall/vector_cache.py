@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from gliding.memory.vectors import Embedder, normalise
+from gliding.memory.recall.vectors import Embedder, normalise
 
 log = structlog.get_logger("gliding.memory")
 

@@ -51,10 +51,9 @@ from gliding.core.crashpoints import crash_point
 from gliding.core.iri import hashed_segment, parse_iri, parse_step_session, record_iri
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
-from gliding.memory.archive import Archive, ArchivedItem
-from gliding.memory.blackboard import Blackboard, sparql_iri
-from gliding.memory.entities import Entities, extract
-from gliding.memory.vocabulary import (
+from gliding.memory.archive.store import Archive, ArchivedItem
+from gliding.memory.board.blackboard import Blackboard, sparql_iri
+from gliding.memory.board.vocabulary import (
     NS,
     PROPERTIES,
     VocabularyError,
@@ -62,6 +61,7 @@ from gliding.memory.vocabulary import (
     to_jsonld,
     validate_node,
 )
+from gliding.memory.ingest.entities import Entities, extract
 
 log = structlog.get_logger("gliding.memory")
 

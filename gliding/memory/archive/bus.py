@@ -39,14 +39,14 @@ from gliding.bus.port import Bus
 from gliding.bus.replies import Replies
 from gliding.core.iri import parse_iri
 from gliding.errors import ArchiveError, GlidingError, IRIError, NotFoundError
-from gliding.memory.archive import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
-from gliding.memory.archive_port import (
+from gliding.memory.archive.port import (
     READ_CACHE_BYTES,
     CacheStats,
     LocalArchive,
     ReadCache,
     own_item,
 )
+from gliding.memory.archive.store import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
 
 log = structlog.get_logger("gliding.memory")
 

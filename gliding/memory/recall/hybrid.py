@@ -57,8 +57,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gliding.memory.lexical import BM25Index
-from gliding.memory.packing import (
+from gliding.memory.recall.lexical import BM25Index
+from gliding.memory.recall.packing import (
     Count,
     MemoryItem,
     Packed,
@@ -67,7 +67,7 @@ from gliding.memory.packing import (
     pack,
     pack_grouped,
 )
-from gliding.memory.vectors import Embedder, ExactVectorIndex, VectorIndex
+from gliding.memory.recall.vectors import Embedder, ExactVectorIndex, VectorIndex
 
 Related = Callable[[Sequence[str], str], Mapping[str, float]]
 """(best hit ids, query) -> {related item id: weight}: graph expansion, e.g. shared entities."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gliding.memory.blackboard import Blackboard, Ref
-from gliding.memory.lexical import BM25Index
-from gliding.memory.vocabulary import NS
+from gliding.memory.board.blackboard import Blackboard, Ref
+from gliding.memory.board.vocabulary import NS
+from gliding.memory.recall.lexical import BM25Index
 
 _NODES = f"""PREFIX gl: <{NS}>
 SELECT ?g ?s ?type ?p ?v WHERE {{ GRAPH ?g {{

@@ -21,12 +21,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
 from typing import Any
 from urllib.parse import quote
 
+from gliding.core.dates import parse_when
 from gliding.core.iri import hashed_segment
-from gliding.memory.ingest import Ingestor
+from gliding.memory.ingest.ingestor import Ingestor
 
 WORD = re.compile(r"[^\W\d_][\w'’]+")  # two or more characters, a letter first, any script
 NOT_NAMES = frozenset({"I", "I'm", "I've", "I'll", "I'd", "Im", "OK", "Ok", "Oh", "Hey", "Hi",
@@ -34,7 +34,6 @@ NOT_NAMES = frozenset({"I", "I'm", "I've", "I'll", "I'd", "Im", "OK", "Ok", "Oh"
 MAX_ENTITIES = 12  # per turn
 MAX_NAME_WORDS = 6  # a longer run of capitalised words is cut into names of this length
 MAX_SEGMENT_CHARS = 512  # a longer IRI segment (after percent-encoding) is replaced by a hash
-DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B, %Y", "%d %B %Y")
 
 
 @dataclass(frozen=True)
@@ -53,29 +52,6 @@ class Session:
     number: int
     date_text: str
     turns: tuple[Utterance, ...]
-
-
-def parse_when(text: str) -> datetime | None:
-    """``1:56 pm on 8 May, 2023`` → 2023-05-08 13:56; a date with no time → midnight; else None."""
-    cleaned = " ".join(text.split())
-    for fmt in DATE_FORMATS:
-        try:
-            return datetime.strptime(cleaned, fmt)
-        except ValueError:
-            continue
-    match = re.search(r"(\d{1,2}) ([A-Za-z]+),? (\d{4})", cleaned)
-    if match:
-        for fmt in ("%d %B %Y", "%d %b %Y"):
-            try:
-                return datetime.strptime(" ".join(match.groups()), fmt)
-            except ValueError:
-                continue
-    return None
-
-
-def parse_date(text: object) -> date | None:
-    when = parse_when(text) if isinstance(text, str) else None
-    return when.date() if when else None
 
 
 def named_entities(text: str, *, limit: int = MAX_ENTITIES) -> list[str]:

@@ -31,7 +31,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gliding.errors import GlidingError, UsageError
-from gliding.memory.vocabulary import XSD, VocabularyError, check_iri, check_number, check_text
+from gliding.memory.board.vocabulary import (
+    XSD,
+    VocabularyError,
+    check_iri,
+    check_number,
+    check_text,
+)
 
 DEFAULT_MAX_LIMIT = 1000
 DEFAULT_TIMEOUT_S = 10.0

@@ -43,10 +43,10 @@ from gliding.bus.port import Bus
 from gliding.core.iri import record_iri
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
-from gliding.memory.archive import Archive
+from gliding.memory.archive.store import Archive
+from gliding.memory.board.vocabulary import from_jsonld
 from gliding.memory.coherence.service import BoardClosed
-from gliding.memory.ingest import Ingestor, latest_revisions
-from gliding.memory.vocabulary import from_jsonld
+from gliding.memory.ingest.ingestor import Ingestor, latest_revisions
 
 log = structlog.get_logger("gliding.memory")
 

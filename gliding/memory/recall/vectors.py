@@ -30,7 +30,7 @@ import numpy as np
 import structlog
 
 from gliding.errors import GlidingError
-from gliding.memory.lexical import top_k
+from gliding.memory.recall.lexical import top_k
 
 log = structlog.get_logger("gliding.memory")
 

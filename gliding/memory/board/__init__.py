@@ -1,0 +1,10 @@
+"""L2 and L3, the blackboard: the agents' shared RDF working memory and what each role sees of it.
+
+    blackboard.py   the port (Blackboard, read-only SPARQL, IRI and literal quoting); its stores
+                    live in ``memory/backends/``
+    vocabulary.py   the JSON-LD vocabulary: node types, properties, validation, RDF mapping
+    projection.py   L3: per-role SPARQL frames rendered into a compact briefing, cached
+    search.py       BM25 text search over every node's words
+
+This file imports nothing.
+"""

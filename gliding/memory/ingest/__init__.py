@@ -1,0 +1,8 @@
+"""Ingestion: what a job produces becomes blackboard nodes, each revision kept in L0.
+
+    ingestor.py   Ingestor: plans, checks, turns, tool results and what they name, as nodes
+    service.py    ingestion as a bus subscriber of a job's messages
+    entities.py   the files, symbols, errors and ids one tool call names
+
+This file imports nothing.
+"""

@@ -1,0 +1,12 @@
+"""Recall: long-term retrieval over what was written to the blackboard.
+
+    lexical.py        BM25 over short texts (pure Python and numpy)
+    vectors.py        the vector port, an exact numpy index, the offline MiniLM embedder
+    vector_cache.py   embeddings kept on disk across processes
+    hybrid.py         hybrid recall: fusion, graph expansion, neighbours, time, importance
+    packing.py        memory items packed into a prompt within a token budget
+    knowledge.py      KnowledgeMemory: the blackboard joined to recall (every node indexed)
+    access.py         KnowledgeAccess: recall, kg_search and knowledge_query as tools use them
+
+This file imports nothing.
+"""
