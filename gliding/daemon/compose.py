@@ -81,7 +81,7 @@ from gliding.tools.snapshot import mark as workspace_mark
 from gliding.tools.toolchain import resolve_toolchain
 
 if TYPE_CHECKING:
-    from gliding.mcp.client import MCPGroup
+    from gliding.tools.mcp.client import MCPGroup
 
 log = structlog.get_logger("gliding.daemon")
 
@@ -558,7 +558,7 @@ def mcp_groups(task: Task, settings: Settings, sandbox: Sandbox | None = None
     """
     if not settings.mcp.servers and not task.mcp_servers:
         return []
-    from gliding.mcp.client import mcp_groups
+    from gliding.tools.mcp.client import mcp_groups
 
     if sandbox is None and task.mcp_servers:
         sandbox = Sandbox.of(settings.tools, network=task.network,
@@ -611,7 +611,7 @@ def _with_mcp(roles: dict[str, RoleSpec], groups: list[MCPGroup]) -> dict[str, R
     offered or, with ``on_demand``, loadable with tool_search."""
     if not groups:
         return roles
-    from gliding.mcp.client import role_groups
+    from gliding.tools.mcp.client import role_groups
 
     out: dict[str, RoleSpec] = {}
     for name, spec in roles.items():

@@ -1,10 +1,7 @@
-"""MCP, the Model Context Protocol: the only package that imports the ``mcp`` SDK.
+"""``gliding mcp``: Gliding as an MCP server, a front door beside the CLI (docs/mcp.md).
 
-    client.py     MCP servers as tool groups: ``MCPGroup``, one per server (docs/mcp.md)
-    session.py    one server's SDK session, on an event loop of its own
-    stdio.py      the stdio transport, bounding one message before it is parsed
-    confined.py   a task's own stdio server started inside the job's command sandbox
-    schema.py     a server's tool listing as our Tool names and JSON schemas (pure)
-    render.py     a tool result as the text the model reads (pure)
-    server.py     Gliding as an MCP server
+    server.py     the tools it serves (run_job, list_jobs, read_iri, recall, knowledge_query)
+                  over stdio or streamable HTTP with a bearer token
+
+MCP servers whose tools Gliding's agents use are a tool backend: ``gliding.tools.mcp``.
 """

@@ -24,7 +24,7 @@ from gliding.tools.readback import ArchiveReader, MemoryGroup
 from gliding.tools.web import WebGroup
 
 GROUP_NAMES = ("read", "write", "exec", "check", "memory", "knowledge", "web")
-MCP_PREFIX = "mcp_"  # mcp_<server>: the tools of one MCP server (gliding.mcp.client.MCPGroup)
+MCP_PREFIX = "mcp_"  # mcp_<server>: the tools of one MCP server (gliding.tools.mcp.client.MCPGroup)
 
 
 def known_group(name: str) -> bool:

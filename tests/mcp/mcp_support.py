@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from gliding.config.settings import MCPServerSettings, MCPSettings
-from gliding.mcp.client import MCPGroup
 from gliding.testing.servers import free_port
+from gliding.tools.mcp.client import MCPGroup
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

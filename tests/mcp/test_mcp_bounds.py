@@ -24,10 +24,11 @@ from structlog.testing import capture_logs
 
 from gliding.config.settings import MCPServerSettings, MCPSettings
 from gliding.errors import ToolError
-from gliding.mcp.client import MCPGroup
-from gliding.mcp.http import BoundedTransport, Unreadable
-from gliding.mcp.schema import tokens
-from gliding.mcp.stdio import (
+from gliding.testing.servers import free_port
+from gliding.tools.mcp.client import MCPGroup
+from gliding.tools.mcp.http import BoundedTransport, Unreadable
+from gliding.tools.mcp.schema import tokens
+from gliding.tools.mcp.stdio import (
     DROPPED,
     Dropped,
     Line,
@@ -37,7 +38,6 @@ from gliding.mcp.stdio import (
     message_limit,
     top_level,
 )
-from gliding.testing.servers import free_port
 
 RAW = Path(__file__).resolve().parent / "raw_stdio_server.py"
 KIB = 1024
@@ -354,7 +354,7 @@ def test_low_a_line_written_one_byte_at_a_time_costs_its_bytes_only() -> None:
     (a list of one-byte pieces took ~15 times the bytes it held)."""
     import tracemalloc
 
-    from gliding.mcp.stdio import Line, Lines
+    from gliding.tools.mcp.stdio import Line, Lines
 
     limit = 200_000
     lines = Lines(limit)

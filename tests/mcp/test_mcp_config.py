@@ -11,9 +11,9 @@ import pytest
 from gliding.config.loader import load_settings
 from gliding.config.settings import MCPServerSettings, MCPSettings
 from gliding.errors import ConfigError
-from gliding.mcp.client import MCPGroup, mcp_groups, role_groups, server_target
-from gliding.mcp.session import HttpTarget, StdioTarget
 from gliding.tools.groups import job_groups
+from gliding.tools.mcp.client import MCPGroup, mcp_groups, role_groups, server_target
+from gliding.tools.mcp.session import HttpTarget, StdioTarget
 
 
 @pytest.mark.parametrize(("server", "message"), [

@@ -30,10 +30,10 @@ from gliding.config.settings import MCPServerSettings, MCPSettings, Settings, To
 from gliding.config.task import load_task
 from gliding.daemon.compose import run_job
 from gliding.errors import ToolError
-from gliding.mcp import confined as confined_module
-from gliding.mcp.client import MCPGroup, mcp_groups
 from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call
+from gliding.tools.mcp import confined as confined_module
+from gliding.tools.mcp.client import MCPGroup, mcp_groups
 from gliding.tools.sandbox import Limits, Sandbox, bwrap_problem
 from gliding.tools.toolchain import resolve_toolchain
 

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp import types
 
-from gliding.mcp import schema
-from gliding.mcp.render import EMPTY, cap, render
 from gliding.tools.base import Tool
 from gliding.tools.groups import known_group
+from gliding.tools.mcp import schema
+from gliding.tools.mcp.render import EMPTY, cap, render
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 

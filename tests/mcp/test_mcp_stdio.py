@@ -15,8 +15,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from gliding.config.settings import MCPServerSettings, MCPSettings, ToolSettings
-from gliding.mcp.client import mcp_groups
 from gliding.tools.base import ToolContext, ToolGroupManager
+from gliding.tools.mcp.client import mcp_groups
 from tests.mcp.mcp_support import alive, everything, filesystem, group, read_pid
 
 pytestmark = pytest.mark.heavy  # each test starts node servers

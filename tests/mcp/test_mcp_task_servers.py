@@ -17,7 +17,7 @@ from gliding.config.settings import MCPServerSettings, MCPSettings, Settings
 from gliding.config.task import load_task_text
 from gliding.daemon.compose import refuse_servers, refuse_task
 from gliding.errors import TaskFileError
-from gliding.mcp.client import mcp_groups
+from gliding.tools.mcp.client import mcp_groups
 from gliding.tools.netguard import Policy
 
 

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gliding.core.dates import parse_date as parse_session_date
 from gliding.bench.memory import gold_ids, parse_range, run_memory_bench
 from gliding.context.tokens import TokenCounter
+from gliding.core.dates import parse_date as parse_session_date
 from gliding.errors import UsageError
 from gliding.memory.recall.hybrid import (
     HybridRecall,

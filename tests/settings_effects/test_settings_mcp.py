@@ -16,7 +16,7 @@ import pytest
 from gliding.config.loader import load_settings
 from gliding.config.settings import MCPServerSettings, MCPSettings
 from gliding.errors import ConfigError
-from gliding.mcp.client import MCPGroup, mcp_groups
+from gliding.tools.mcp.client import MCPGroup, mcp_groups
 from tests.mcp.mcp_support import everything
 
 pytestmark = pytest.mark.heavy  # node servers

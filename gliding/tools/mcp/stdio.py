@@ -46,7 +46,7 @@ from mcp.client.stdio import (  # the SDK's own spawn and shutdown (mcp is pinne
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from gliding.mcp.confined import Confined, release
+from gliding.tools.mcp.confined import Confined, release
 
 log = structlog.get_logger("gliding.mcp")
 

@@ -46,8 +46,8 @@ from pydantic import ValidationError
 
 from gliding.core.text import one_line
 from gliding.errors import ToolError
-from gliding.mcp.confined import Confined
-from gliding.mcp.stdio import DROPPED, message_limit, stdio_client
+from gliding.tools.mcp.confined import Confined
+from gliding.tools.mcp.stdio import DROPPED, message_limit, stdio_client
 from gliding.tools.netguard import Policy
 
 MAX_PAGES = 100  # tools/list pages read at most (a server that never stops paging)
@@ -241,7 +241,7 @@ class Session:
                                            env=target.env, cwd=target.cwd)
             return Client(stdio_client(params, name=self.name, limit=self.max_message_bytes,
                                        errlog=self._stderr, confined=target.confined))
-        from gliding.mcp.http import http_client  # imports httpx2, the SDK's HTTP client
+        from gliding.tools.mcp.http import http_client  # imports httpx2, the SDK's HTTP client
 
         http = http_client(target.headers, self.max_message_bytes, target.guard)
         return Client(_OwningTransport(

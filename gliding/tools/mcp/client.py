@@ -41,13 +41,13 @@ from mcp import types
 
 from gliding.config.settings import MCPServerSettings, MCPSettings
 from gliding.errors import ToolError
-from gliding.mcp import schema
-from gliding.mcp.confined import Confined
-from gliding.mcp.render import cap, render
-from gliding.mcp.session import HttpTarget, Session, StdioTarget, Target
-from gliding.mcp.stdio import message_limit
 from gliding.tools.base import Tool, ToolContext, ToolGroup, ToolOutput
 from gliding.tools.groups import MCP_PREFIX
+from gliding.tools.mcp import schema
+from gliding.tools.mcp.confined import Confined
+from gliding.tools.mcp.render import cap, render
+from gliding.tools.mcp.session import HttpTarget, Session, StdioTarget, Target
+from gliding.tools.mcp.stdio import message_limit
 from gliding.tools.netguard import Policy
 from gliding.tools.sandbox import Sandbox
 from gliding.tools.shell import filtered_env
