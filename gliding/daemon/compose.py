@@ -9,11 +9,10 @@ for the job.
 Before anything of a job is written its workspace is checked (``refuse_workspace``, and that
 it can be written) and locked (``WorkspaceLock``). Whatever stops a job from outside its agents
 comes out as one GlidingError with the stop recorded (``jobs.stop_error``, ``record_stop``).
-The files DA wrote are archived at the end without following a symlink and within
-MAX_ARTIFACT_BYTES / MAX_ARTIFACTS_BYTES; the others are named in the report. ``agent_parts``
-is what a job's agents work with, built the same way here and on a ``gliding worker``. (Past
-600 lines: setup, resume, the remote-agents side and the end of a job share these helpers;
-the artifact archiving at the bottom is the first candidate to move out.)
+What the agents work with is built in ``parts.py`` (the same on a ``gliding worker``); the
+files DA wrote are archived at the end by ``artifacts.py``. (Past 600 lines: setup, resume, the
+remote-agents side and the end of a job share these helpers; the model backend choice,
+``build_llm`` and its checks, is the next candidate to move out.)
 """
 
 from __future__ import annotations
@@ -22,12 +21,11 @@ import dataclasses
 import functools
 import os
 import shutil
-import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -48,13 +46,11 @@ from gliding.config.task import (
     task_record,
     workspace_refusal,
 )
-from gliding.core.budget import BudgetTracker, Limits
 from gliding.core.clock import Clock, SystemClock
 from gliding.core.crashpoints import crash_point
 from gliding.core.ids import new_job_id
-from gliding.core.iri import record_iri
-from gliding.core.messages import Usage
 from gliding.core.prices import Price
+from gliding.daemon import artifacts, parts
 from gliding.daemon.board import JobBoard, job_board
 from gliding.daemon.jobs import FINISHED, JobLock, WorkspaceLock, record_stop, stop_error
 from gliding.daemon.runtime import Runtime, open_bus
@@ -62,7 +58,7 @@ from gliding.errors import ArchiveError, ProviderUnavailable, TaskFileError, Too
 from gliding.llm.port import LLM, backend_kind
 from gliding.llm.prices import refuse_unpriced_cost_budget, settings_price
 from gliding.memory.archive.journal import ArchiveJournal, last_entry
-from gliding.memory.archive.port import ArchivePort, LocalArchive
+from gliding.memory.archive.port import LocalArchive
 from gliding.memory.archive.store import Archive, archive_path
 from gliding.memory.ingest.ingestor import Ingestor
 from gliding.memory.ingest.service import IngestService
@@ -70,24 +66,17 @@ from gliding.scheduler import policy, supervisor
 from gliding.scheduler.report import JobReport, build_report
 from gliding.scheduler.runner import JobRunner, Verifier
 from gliding.scheduler.supervisor import Command, SupervisorState, Verify
-from gliding.tools.base import ToolContext, ToolGroupManager
-from gliding.tools.checks import ChecksGroup
-from gliding.tools.groups import GROUP_NAMES, job_groups, known_group
+from gliding.tools.base import ToolContext
 from gliding.tools.netguard import Policy, check_url_host
 from gliding.tools.protected import git_paths
 from gliding.tools.sandbox import Sandbox
-from gliding.tools.snapshot import MAX_FILES, Snapshot, snapshot
+from gliding.tools.snapshot import Snapshot, snapshot
 from gliding.tools.snapshot import mark as workspace_mark
 from gliding.tools.toolchain import resolve_toolchain
-
-if TYPE_CHECKING:
-    from gliding.tools.mcp.client import MCPGroup
 
 log = structlog.get_logger("gliding.daemon")
 
 INGEST_DRAIN_S = 30.0  # how long a finished job waits for ingestion to catch up
-MAX_ARTIFACT_BYTES = 16 << 20  # a written file larger than this is not archived (noted)
-MAX_ARTIFACTS_BYTES = 64 << 20  # all of a job's archived files together, at most
 
 
 def build_llm(model: str, settings: Settings) -> LLM:
@@ -243,7 +232,7 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
     job = job_id or new_job_id(clock.now())
     _check_workspace(task, settings, create=True)
     sandbox = await job_sandbox(job, task, settings, on_event)  # refused: nothing is written
-    _with_task_groups({}, task)  # an unknown tool group is refused before anything is written
+    parts.with_task_groups({}, task)  # an unknown tool group is refused before anything is written
     check_agents(settings)
     fresh = not archive_path(settings.data_dir, job).exists()
     with WorkspaceLock(settings.data_dir, task.workspace, job), \
@@ -314,8 +303,8 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
                     state = SupervisorState.model_validate(entry.state)
                 except ValidationError as exc:
                     raise ArchiveError(f"the journal of job {job} is damaged: {exc}") from exc
-            changed = await anyio.to_thread.run_sync(_changed_since, archive, task.workspace,
-                                                     settings.data_dir)
+            changed = await anyio.to_thread.run_sync(artifacts.changed_since, archive,
+                                                     task.workspace, settings.data_dir)
             await anyio.to_thread.run_sync(_set_meta, archive, (
                 ("resumes", int(archive.get_meta("resumes", 0)) + 1), ("status", "running"),
                 ("stopped_by", ""), ("pipeline", list(state.roles))))
@@ -483,7 +472,7 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
         if auth is not None:  # until a dispatcher grants work, no worker speaks for the job
             auth.policy = _no_workers
         port = LocalArchive(archive, settings.data_dir)
-        budget, checks, mcp, roles, tools = await agent_parts(job, task, settings, j.roles,
+        budget, checks, mcp, roles, tools = await parts.agent_parts(job, task, settings, j.roles,
                                                               port, rt, j.clock, j.sandbox)
         ingest = None
         if rt.knowledge is not None and rt.projector is not None:
@@ -536,112 +525,17 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
             await _close(job, tools, bus, quiet=False)
         board_updates = dataclasses.asdict(jb.views.stats) if jb is not None else {}
     assert final.outcome is not None
-    artifacts, skipped = await anyio.to_thread.run_sync(_archive_artifacts, archive,
-                                                        task.workspace, final.written)
+    archived, skipped = await anyio.to_thread.run_sync(artifacts.archive_artifacts, archive,
+                                                       task.workspace, final.written)
     await anyio.to_thread.run_sync(archive.set_meta, "status", final.outcome)
-    checked = await anyio.to_thread.run_sync(_checked_files, task, j.start)
-    report = build_report(final, artifacts=artifacts, wall_s=j.clock.monotonic() - started,
+    checked = await anyio.to_thread.run_sync(artifacts.checked_files, task, j.start)
+    report = build_report(final, artifacts=archived, wall_s=j.clock.monotonic() - started,
                           checked_files=checked, skipped_artifacts=skipped,
                           resumed=int(archive.get_meta("resumes", 0)),
                           workspace_changed=j.workspace_changed)
     calls = await anyio.to_thread.run_sync(archive.calls)
     unpriced = tuple(sorted({c.model for c in calls if not c.priced}))
     return dataclasses.replace(report, board_updates=board_updates, unpriced_models=unpriced)
-
-
-def mcp_groups(task: Task, settings: Settings, sandbox: Sandbox | None = None
-               ) -> list[MCPGroup]:
-    """The job's MCP servers as tool groups, not yet open (docs/mcp.md); none declared: the
-    MCP SDK is not even imported. The task's own stdio servers run in ``sandbox``, the job's
-    command sandbox (``job_sandbox``); without one, in a sandbox the settings ask for (no
-    toolchain), never unconfined by omission. The host's own ``mcp.servers`` run as configured.
-    """
-    if not settings.mcp.servers and not task.mcp_servers:
-        return []
-    from gliding.tools.mcp.client import mcp_groups
-
-    if sandbox is None and task.mcp_servers:
-        sandbox = Sandbox.of(settings.tools, network=task.network,
-                             hidden=(settings.data_dir,))
-    return mcp_groups(settings.mcp, task.mcp_servers, workspace=task.workspace,
-                      env_allow=settings.tools.env_allow, sandbox=sandbox,
-                      guard=Policy.of(settings.tools.web.allow))
-
-
-async def agent_parts(job: str, task: Task, settings: Settings, base: dict[str, RoleSpec],
-                      port: ArchivePort, rt: Runtime, clock: Clock,
-                      sandbox: Sandbox | None = None,
-                      ) -> tuple[BudgetTracker, ChecksGroup, list[MCPGroup],
-                                 dict[str, RoleSpec], ToolGroupManager]:
-    """What a job's agents work with, wherever they run (this process or a worker): the budget
-    tracker charged with what earlier runs paid, the checks, the MCP groups (the task's own
-    servers in ``sandbox``, the job's command sandbox: ``mcp_groups``), the roles with their
-    task and MCP groups, and the tool groups (not yet open).
-
-    Raises:
-        ArchiveError: the ledger cannot be read. TaskFileError: an unknown tool group.
-    """
-    budget = BudgetTracker(limits_of(task), started_at=clock.monotonic())
-    for call in await port.calls():  # what earlier runs of the job already paid
-        budget.record(call.role, Usage(call.prompt_tokens, call.completion_tokens,
-                                       call.cached_tokens, call.cost_usd,
-                                       0 if call.priced else 1))
-    checks = ChecksGroup(task.checks)
-    mcp = mcp_groups(task, settings, sandbox)
-    roles = task_roles(base, mcp, task)
-    tools = job_groups(checks=checks, reader=port, iri_base=f"gliding://job/{job}/",
-                       knowledge=rt.access(), web=settings.tools.web, mcp=mcp,
-                       asked=[g for r in roles.values()
-                              for g in (*r.tool_groups, *r.tool_groups_on_demand)])
-    return budget, checks, mcp, roles, tools
-
-
-def task_roles(roles: dict[str, RoleSpec], mcp: list[MCPGroup],
-               task: Task) -> dict[str, RoleSpec]:
-    """The roles of ``task``'s job: with the MCP groups and the task's own tool groups.
-
-    Raises:
-        TaskFileError: the task names a tool group no role may name.
-    """
-    return _with_task_groups(_with_mcp(roles, mcp), task)
-
-
-def _with_mcp(roles: dict[str, RoleSpec], groups: list[MCPGroup]) -> dict[str, RoleSpec]:
-    """``roles`` with each MCP group added to the roles its server names (``roles``), always
-    offered or, with ``on_demand``, loadable with tool_search."""
-    if not groups:
-        return roles
-    from gliding.tools.mcp.client import role_groups
-
-    out: dict[str, RoleSpec] = {}
-    for name, spec in roles.items():
-        always, on_demand = role_groups(groups, name)
-        out[name] = dataclasses.replace(
-            spec, tool_groups=tuple(dict.fromkeys((*spec.tool_groups, *always))),
-            tool_groups_on_demand=tuple(dict.fromkeys((*spec.tool_groups_on_demand,
-                                                       *on_demand))))
-    return out
-
-
-def _with_task_groups(roles: dict[str, RoleSpec], task: Task) -> dict[str, RoleSpec]:
-    """``roles`` with the tool groups the task file gives them (``tool_groups``).
-
-    Raises:
-        TaskFileError: a group no role may name.
-    """
-    out = dict(roles)
-    for name, groups in task.tool_groups.items():
-        unknown = [g for g in groups if not known_group(g)]
-        if unknown:
-            raise TaskFileError(
-                f"{task.source}: tool_groups.{name}: unknown tool group "
-                f"{', '.join(repr(g) for g in unknown)}",
-                hint=f"tool groups: {', '.join(GROUP_NAMES)}, or mcp_<server> (docs/mcp.md)")
-        if name in out:
-            spec = out[name]
-            out[name] = dataclasses.replace(
-                spec, tool_groups=tuple(dict.fromkeys((*spec.tool_groups, *groups))))
-    return out
 
 
 async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resumed: bool,
@@ -804,136 +698,6 @@ def _began_dir(archive: Archive) -> Path:
     except OSError as exc:
         raise ArchiveError(f"cannot create {path}: {exc}") from exc
     return path
-
-
-def limits_of(task: Task) -> Limits:
-    """The task's budgets as the budget tracker reads them."""
-    def split(value: Any) -> tuple[Any, dict[str, Any]]:
-        return (None, dict(value)) if isinstance(value, dict) else (value, {})
-
-    prompt, role_prompt = split(task.prompt_tokens)
-    completion, role_completion = split(task.completion_tokens)
-    cost, role_cost = split(task.cost_usd)
-    return Limits(turns=dict(task.turns), prompt_tokens=prompt, completion_tokens=completion,
-                  cost_usd=cost, wall_time_s=task.wall_time_s, role_prompt_tokens=role_prompt,
-                  role_completion_tokens=role_completion, role_cost_usd=role_cost)
-
-
-def _checked_files(task: Task, start: Snapshot) -> dict[str, str]:
-    """Each checked file: written (or changed) by this job, found unchanged, or missing (or,
-    past a start snapshot cut at MAX_FILES, present without knowing who wrote it)."""
-    out: dict[str, str] = {}
-    for check in task.checks:
-        path = getattr(check, "path", None)
-        if not isinstance(path, str):
-            continue
-        key = str(Path(path))
-        try:
-            st = (task.workspace / key).lstat()
-        except OSError:
-            out[path] = "missing"
-            continue
-        if key not in start and len(start) >= MAX_FILES:
-            out[path] = "present (the workspace is too big to tell who wrote it)"
-        elif start.get(key) == [st.st_size, st.st_mtime_ns]:
-            out[path] = "found unchanged"
-        else:
-            out[path] = "written by this job"
-    return out
-
-
-def _changed_since(archive: Archive, workspace: Path, data_dir: Path) -> bool:
-    """Whether the workspace differs from what the job last recorded (journal or tool result).
-    A change is reported, not trusted: the resumed agents see the workspace as it is now."""
-    recorded = ""
-    for item in archive.list():
-        mark = item.meta.get("workspace")
-        if item.kind in ("journal", "result") and isinstance(mark, str) and mark:
-            recorded = mark
-    if not recorded:
-        return False
-    changed = workspace_mark(workspace, data_dir) != recorded
-    if changed:
-        log.warning("job.workspace.changed", job=archive.job, workspace=str(workspace))
-    return changed
-
-
-def _archive_artifacts(archive: Archive, workspace: Path, written: dict[str, str]
-                       ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    """Archive the files the job wrote; ``(archived (path, IRI), skipped (path, why))``.
-
-    Never follows a symlink (neither the file nor a directory above it may be one that leads
-    out of the workspace), reads only regular files, none larger than MAX_ARTIFACT_BYTES and
-    not more than MAX_ARTIFACTS_BYTES in all. A file that cannot be archived is skipped with
-    the reason, never an error: the job's outcome is recorded whatever its files are.
-    """
-    out: list[tuple[str, str]] = []
-    skipped: list[tuple[str, str]] = []
-    root = os.path.realpath(workspace)
-    total = 0
-    for path in sorted(written):
-        try:
-            content, why = _artifact_bytes(root, path, MAX_ARTIFACTS_BYTES - total)
-        except OSError as exc:
-            content, why = None, f"cannot be read: {exc.strerror or exc}"
-        if content is None:
-            if why:
-                skipped.append((path, why))
-            continue
-        iri = str(record_iri(archive.job, "artifact", path))
-        try:
-            archive.put(iri, content, kind="artifact", media_type="application/octet-stream",
-                        meta={"path": path, "written_by": written[path]})
-        except (ArchiveError, OSError) as exc:  # a resumed job whose artifact changed; disk
-            message = exc.message if isinstance(exc, ArchiveError) else str(exc)
-            log.warning("artifact.archive.failed", job=archive.job, path=path, error=message)
-            skipped.append((path, f"not archived: {message[:200]}"))
-            continue
-        total += len(content)
-        out.append((path, iri))
-    return tuple(out), tuple(skipped)
-
-
-def _artifact_bytes(root: str, path: str, room: int) -> tuple[bytes | None, str]:
-    """The content of ``path`` (relative to the workspace ``root``, a real path), or None and
-    why not ("" when there is nothing there to mention: removed, or a directory).
-
-    Raises:
-        OSError: the file cannot be opened or read.
-    """
-    target = os.path.join(root, path)
-    parent = os.path.realpath(os.path.dirname(target))
-    if parent != root and os.path.commonpath([root, parent]) != root:
-        return None, f"lies behind a symbolic link that leads out of the workspace ({parent})"
-    try:
-        st = os.lstat(target)
-    except FileNotFoundError:
-        return None, ""
-    if stat.S_ISLNK(st.st_mode):
-        return None, f"a symbolic link (to {os.readlink(target)}); links are not followed"
-    if stat.S_ISDIR(st.st_mode):
-        return None, ""
-    if not stat.S_ISREG(st.st_mode):
-        return None, "not a regular file"
-    limit = min(MAX_ARTIFACT_BYTES, room)
-    if st.st_size > limit:
-        return None, _too_big(st.st_size, limit)
-    fd = os.open(os.path.join(parent, os.path.basename(target)),
-                 os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None, "not a regular file"
-        content = handle.read(limit + 1)  # it may have grown since lstat
-    if len(content) > limit:
-        return None, _too_big(len(content), limit)
-    return content, ""
-
-
-def _too_big(size: int, limit: int) -> str:
-    if limit < MAX_ARTIFACT_BYTES:
-        return (f"{size} bytes: the job's archived files may take {MAX_ARTIFACTS_BYTES} bytes "
-                "in all")
-    return f"{size} bytes, larger than the {MAX_ARTIFACT_BYTES} bytes an archived file may have"
 
 
 def _ignore(event: JobEvent) -> None:

@@ -49,7 +49,7 @@ from gliding.bus.replies import Replies
 from gliding.config.settings import Settings
 from gliding.config.task import Task, task_from_record
 from gliding.core.clock import SystemClock
-from gliding.daemon import compose
+from gliding.daemon import compose, parts
 from gliding.daemon.board import worker_views
 from gliding.daemon.jobs import leaves
 from gliding.daemon.runtime import Runtime, bus_key_path, open_bus
@@ -270,7 +270,7 @@ class WorkerService:
         async with AsyncExitStack() as stack:
             port, job_dir = await self._archive(stack, item)
             base = await anyio.to_thread.run_sync(load_roles)
-            budget, checks, _mcp, roles, tools = await compose.agent_parts(
+            budget, checks, _mcp, roles, tools = await parts.agent_parts(
                 job, task, settings, base, port, rt, clock)
             sandbox = await compose.job_sandbox(job, task, settings, None)
             began = job_dir / "began"

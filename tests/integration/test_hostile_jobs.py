@@ -26,7 +26,7 @@ from gliding.bus.messages import JobEvent
 from gliding.config.loader import load_settings
 from gliding.config.settings import Settings
 from gliding.config.task import Task, load_task
-from gliding.daemon import compose
+from gliding.daemon import artifacts
 from gliding.daemon.compose import JobHandle, resume_job, run_job
 from gliding.daemon.jobs import WorkspaceBusy, WorkspaceLock, list_jobs
 from gliding.errors import ArchiveError, GlidingError, TaskFileError
@@ -369,7 +369,7 @@ def test_artifacts_never_follow_symlinks_and_are_capped(
     assert skipped["a.txt"] == f"a symbolic link (to {secret}); links are not followed"
     assert skipped["sub/b.txt"].startswith("lies behind a symbolic link that leads out of")
     assert skipped["big.bin"] == (f"{20 << 20} bytes, larger than the "
-                                  f"{compose.MAX_ARTIFACT_BYTES} bytes an archived file may have")
+                                  f"{artifacts.MAX_ARTIFACT_BYTES} bytes an archived file may have")
     assert skipped["fifo"] == "not a regular file"
     with Archive.open(settings.data_dir, report.job, create=False) as archive:
         contents = [archive.get(item.iri).content for item in archive.list()]
@@ -396,7 +396,7 @@ def test_the_report_names_the_files_not_archived(
 
 def test_artifacts_past_the_total_cap_are_skipped(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compose, "MAX_ARTIFACTS_BYTES", 15)
+    monkeypatch.setattr(artifacts, "MAX_ARTIFACTS_BYTES", 15)
     llm = ScriptedLLM({"DA": [call("write_file", path="one.txt", content="0123456789"),
                               call("write_file", path="two.txt", content="0123456789"),
                               call("finish", summary="done")]})
