@@ -56,7 +56,8 @@ import anyio
 
 from gliding.bus.auth import root_auth
 from gliding.bus.messages import JobEvent
-from gliding.bus.mqtt import MQTTBus, parse_url
+from gliding.bus.mqtt import MQTTBus
+from gliding.bus.mqtt_link import parse_url
 from gliding.testing.servers import mosquitto
 
 TARGET_RATIO = 0.80

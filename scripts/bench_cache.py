@@ -2,10 +2,11 @@
 the provider prompt-cache simulator (``gliding/bench/cache_sim.py``).
 
     .venv/bin/python scripts/bench_cache.py \\
-        --trajectories ../shared/data/trajectories/dev.jsonl [--trajectories ...] \\
+        --trajectories TRAJECTORIES.jsonl [--trajectories ...] \\
         [--live --runs 3] [--bodies DIR] --out r.json
 
-Replays: every record is replayed through the context engine (shipped defaults, as ``gliding
+Replays: every record (``TRAJECTORIES.jsonl``: the format of ``docs/context.md``, "The
+benchmark") is replayed through the context engine (shipped defaults, as ``gliding
 bench context`` does); before each model call the request a role would send (the engine's
 prompt and cache marks, the record's tools, tool_choice required) goes through the hosted
 backend (``HostedLLM``, litellm) to a loopback server for ``anthropic/claude-3-5-haiku-latest``

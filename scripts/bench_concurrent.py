@@ -28,10 +28,10 @@ import anyio
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from gliding.bench.stats import emit  # noqa: E402  (after HF_HUB_OFFLINE)
-from gliding.cli.logs import configure_logging  # noqa: E402
 from gliding.config.loader import load_settings  # noqa: E402
 from gliding.config.task import Task  # noqa: E402
 from gliding.core.checks import FileContains  # noqa: E402
+from gliding.core.logs import configure_logging  # noqa: E402
 from gliding.daemon.compose import run_job  # noqa: E402
 from gliding.daemon.runtime import Runtime  # noqa: E402
 from gliding.testing import ScriptedLLM, call  # noqa: E402

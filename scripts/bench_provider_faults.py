@@ -46,7 +46,7 @@ from typing import Any
 import anyio
 
 from gliding.bench.stats import emit
-from gliding.cli.logs import configure_logging
+from gliding.core.logs import configure_logging
 from gliding.memory.archive.store import Archive
 from gliding.testing.fake_provider import FakeProvider, FaultPlan
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up Gliding in ./.venv (idempotent, offline after the first run): Python packages from PyPI,
-# llama-cpp-python built once from source and its wheel kept in ~/.cache/gliding/wheels.
+# every extra (local, embeddings, qdrant, plots) and the dev tools; llama-cpp-python built once
+# from source and its wheel kept in ~/.cache/gliding/wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -51,9 +52,28 @@ if ! "$VENV/bin/python" -c "import llama_cpp" >/dev/null 2>&1; then
     "$VENV/bin/python" -m pip wheel -q --no-deps -w "$WHEELS" "$LLAMA"
   fi
 fi
-echo "setup: installing gliding and its dependencies" >&2
-"$VENV/bin/python" -m pip install -q --find-links "$WHEELS" -e ".[dev]"
+echo "setup: installing gliding with every extra and the dev tools" >&2
+"$VENV/bin/python" -m pip install -q --find-links "$WHEELS" -e ".[all,dev]"
 "$VENV/bin/gliding" --version
+
+# The core's dependency wheels, for tests/integration/test_slim_install.py: it installs gliding's
+# wheel into a fresh venv with `pip install --no-index --find-links .cache/core-wheels` (no test
+# reaches beyond loopback). The list is pyproject.toml's [project] dependencies under a line
+# naming the Python, so it never drifts; `pip wheel` fetches them with their own dependencies
+# (building any sdist), once: skipped while the list matches the folder's requirements.txt.
+CORE_WHEELS=.cache/core-wheels
+CORE_REQS=$("$VENV/bin/python" -c 'import sys, tomllib
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+print(f"# Python {sys.version_info[0]}.{sys.version_info[1]}", *deps, sep="\n")')
+if [ "$CORE_REQS" != "$(cat "$CORE_WHEELS/requirements.txt" 2>/dev/null)" ]; then
+  echo "setup: fetching the core's dependency wheels into $CORE_WHEELS (pip wheel)" >&2
+  rm -rf "$CORE_WHEELS" && mkdir -p "$CORE_WHEELS"
+  printf '%s\n' "$CORE_REQS" >"$CORE_WHEELS/requirements.in"
+  "$VENV/bin/python" -m pip wheel -q -w "$CORE_WHEELS" -r "$CORE_WHEELS/requirements.in" \
+    && mv "$CORE_WHEELS/requirements.in" "$CORE_WHEELS/requirements.txt" \
+    || echo "setup: pip could not fetch them; tests/integration/test_slim_install.py fails" \
+            "until it can" >&2
+fi
 
 # The node MCP programs tests/mcp starts (server-everything, server-filesystem, the Inspector):
 # installed with npm from the pinned tests/mcp/package.json + package-lock.json into

@@ -50,6 +50,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ from gliding.config.settings import ContextSettings
 from gliding.context.engine import ContextEngine
 from gliding.context.router import route_call
 from gliding.context.tokens import TokenCounter
+from gliding.core import events
 from gliding.core.budget import BudgetTracker
 from gliding.core.iri import record_iri, result_iri, turn_iri
 from gliding.core.messages import Completion, Message, ToolCall, Usage
@@ -72,7 +74,7 @@ from gliding.core.text import error_line, one_line
 from gliding.errors import GlidingError, ProviderUnavailable
 from gliding.llm.port import LLM, LLMRequest, ProviderNotice, free_backend
 from gliding.memory.archive.port import ArchivePort
-from gliding.memory.archive.store import CallRecord
+from gliding.memory.archive.records import CallRecord
 from gliding.tools.base import ToolContext, ToolOutcome, Toolset
 from gliding.tools.shell import stop_orphan
 from gliding.tools.snapshot import mark as workspace_mark
@@ -105,6 +107,9 @@ log = structlog.get_logger("gliding.agent")
 
 NUDGE = "Reply with one tool call. When your part is done, call finish."
 LINE_CHARS = 160  # a turn summary and a progress line, at most
+# a tool result longer than this is added to the context on a worker thread: counting, routing
+# and indexing 200 KB takes a few hundred ms of CPU that would stop every job's event loop
+OFF_LOOP_CHARS = 32_000
 INTERRUPTED = ("error: interrupted: the job stopped while this call ran, so whether it took "
                "effect is unknown. Look at the workspace before repeating it.")
 
@@ -322,8 +327,12 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                          tool=call.name, error=_first_line(outcome.output))
             records.append(ToolRecord(call.name, call.arguments, outcome.ok, outcome.output,
                                       res_iri, t_iri, outcome.data))
-            engine.add(Message("tool", outcome.output, (), calls[0].id, call.name),
-                       iri=res_iri, tool=call.name)
+            result = Message("tool", outcome.output, (), calls[0].id, call.name)
+            if len(outcome.output) > OFF_LOOP_CHARS:  # tokens, identifiers, lines: CPU-bound
+                await anyio.to_thread.run_sync(partial(engine.add, result, iri=res_iri,
+                                                       tool=call.name))
+            else:
+                engine.add(result, iri=res_iri, tool=call.name)
             summary = _describe(call, _first_line(outcome.output))
             summaries.append(TurnSummary(role.name, n, summary, t_iri))
             await _announce(env, n, t_iri, "turn", summary)
@@ -397,7 +406,7 @@ async def _complete_warming(env: AgentEnv, iri: str, n: int, request: LLMRequest
         tg.start_soon(_warm, env, n, warm)
         try:
             return await _complete(env, iri, n, request)
-        except Exception as exc:  # raised below, as it came: the task group would wrap it
+        except Exception as exc:  # noqa: BLE001 - raised below, as it came: the task group would wrap it
             failed = exc
     raise failed
 
@@ -442,12 +451,12 @@ def _with_notices(env: AgentEnv, n: int, request: LLMRequest) -> LLMRequest:
     left = None if wall is None else max(0.0, wall - (env.now() - env.budget.started_at))
 
     async def notify(notice: ProviderNotice) -> None:
-        await env.bus.publish(topics.events(env.job), JobEvent(
-            job=env.job, event=f"llm.{notice.kind}", data={
-                "role": env.role.name, "session": env.session or env.role.name, "turn": n,
-                "model": notice.model, "fault": notice.fault, "retry": notice.retry,
-                "retries": notice.retries, "delay_s": round(notice.delay_s, 3),
-                "next_model": notice.next_model}))
+        kind = events.LLMFallback if notice.kind == "fallback" else events.LLMRetry
+        await env.bus.publish(topics.events(env.job), JobEvent.of(env.job, kind(
+            role=env.role.name, session=env.session or env.role.name, turn=n,
+            model=notice.model, fault=notice.fault, retry=notice.retry,
+            retries=notice.retries, delay_s=round(notice.delay_s, 3),
+            next_model=notice.next_model)))
 
     return dataclasses.replace(request, time_left_s=left, notify=notify)
 
@@ -562,14 +571,13 @@ async def _announce(env: AgentEnv, n: int, iri: str, kind: str, summary: str,
 
 async def _progress(env: AgentEnv, n: int, c: Completion, action: str, summary: str) -> None:
     spent = env.budget.usage
-    await env.bus.publish(topics.events(env.job), JobEvent(job=env.job, event="turn", data={
-        "role": env.role.name, "session": env.session or env.role.name, "turn": n,
-        "action": action, "summary": summary,
-        "prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens,
-        "job_prompt_tokens": spent.prompt_tokens,
-        "job_completion_tokens": spent.completion_tokens, "job_cost_usd": spent.cost_usd,
-        "job_unpriced_calls": spent.unpriced_calls, "cost_free": free_backend(env.llm.name),
-    }))
+    await env.bus.publish(topics.events(env.job), JobEvent.of(env.job, events.Turn(
+        role=env.role.name, session=env.session or env.role.name, turn=n,
+        action=action, summary=summary,
+        prompt_tokens=c.usage.prompt_tokens, completion_tokens=c.usage.completion_tokens,
+        job_prompt_tokens=spent.prompt_tokens,
+        job_completion_tokens=spent.completion_tokens, job_cost_usd=spent.cost_usd,
+        job_unpriced_calls=spent.unpriced_calls, cost_free=free_backend(env.llm.name))))
 
 
 def _finish_needs(role: RoleSpec, ran: list[str]) -> str:

@@ -1,30 +1,23 @@
 """Roles as data: ``roles/<ROLE>.yaml`` (prompt, tool groups, turn cap, finish schema) plus the
-numbered rules of ``constitutions/`` rendered into the system prompt.
+numbered rules of ``constitutions/`` rendered into the system prompt; both folders ship inside
+the package (``gliding/roles/``, ``gliding/constitutions/``) unless ``GLIDING_HOME`` replaces them.
 
-The folders are found next to the ``gliding`` package (a source checkout or editable install),
-or wherever ``GLIDING_HOME`` points.
+Which roles exist, and the keys every layer reads (phase, projection), is the registry's
+(``gliding.config.roles``); this module loads the rest of each file for the agent loop.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gliding.config.roles import Phase, home_dir, registry
 from gliding.core.messages import Message, ToolCall, ToolSpec
 from gliding.errors import ConfigError
 from gliding.tools.groups import GROUP_NAMES, known_group
-
-ROLES = ("PA", "DA", "CA", "AA")
-
-
-def home_dir() -> Path:
-    """The folder holding roles/ and constitutions/."""
-    env = os.environ.get("GLIDING_HOME")
-    return Path(env) if env else Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -35,6 +28,7 @@ class RoleSpec:
     tool_groups: tuple[str, ...]
     max_turns: int
     finish: ToolSpec
+    phase: Phase = "do"  # the PDCA part it plays (its registry entry): what it answers
     rules: tuple[str, ...] = ()
     universal_rules: tuple[str, ...] = ()
     examples: tuple[Message, ...] = ()
@@ -55,6 +49,10 @@ def load_role(name: str, home: Path | None = None) -> RoleSpec:
     base = home or home_dir()
     data = _read_yaml(base / "roles" / f"{name}.yaml")
     try:
+        phase = registry(base)[name].phase
+    except KeyError:
+        raise ConfigError(f"roles/{name}.yaml: no such role") from None
+    try:
         finish = data["finish"]
         spec = RoleSpec(
             name=str(data["name"]),
@@ -63,6 +61,7 @@ def load_role(name: str, home: Path | None = None) -> RoleSpec:
             tool_groups=tuple(str(g) for g in data.get("tool_groups") or ()),
             max_turns=int(data["max_turns"]),
             finish=ToolSpec("finish", str(finish["description"]), dict(finish["parameters"])),
+            phase=phase,
             rules=_rules(base / "constitutions" / f"{name}.yaml"),
             universal_rules=_rules(base / "constitutions" / "universal.yaml"),
             examples=_examples(data.get("examples") or [], name),
@@ -87,7 +86,8 @@ def load_role(name: str, home: Path | None = None) -> RoleSpec:
 
 
 def load_roles(home: Path | None = None) -> dict[str, RoleSpec]:
-    return {name: load_role(name, home) for name in ROLES}
+    """Every role of the registry, loaded."""
+    return {name: load_role(name, home) for name in registry(home)}
 
 
 def _examples(items: list[Any], role: str) -> tuple[Message, ...]:
@@ -123,7 +123,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise ConfigError(f"role file missing: {path}", hint="set GLIDING_HOME") from exc
+        raise ConfigError(f"role file missing: {path}",
+                          hint="GLIDING_HOME, when set, replaces the shipped roles/") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):

@@ -2,7 +2,8 @@
 
 For each role it subscribes to ``job/<job>/agent/<ROLE>``; on an Assignment it runs the step
 loop (``loop.run_agent``) and answers on ``job/<job>/result/<ROLE>`` with the typed message that
-carries everything the supervisor needs:
+carries everything the supervisor needs, by the role's phase (``gliding.config.roles``; the
+roles that ship are named):
 
     PA  PlanMsg         the plan's steps, strings or {id, text, dependsOn} objects, made well
                         formed (``core.plan``: repeats merged, unknown dependencies dropped,
@@ -55,8 +56,10 @@ from gliding.bus.messages import (
     plan_steps,
 )
 from gliding.bus.port import Bus
+from gliding.config.roles import entry
 from gliding.config.settings import Settings
 from gliding.context.tokens import TokenCounter
+from gliding.core import events
 from gliding.core.budget import BudgetTracker
 from gliding.core.clock import Clock
 from gliding.core.crashpoints import crash_point
@@ -161,7 +164,7 @@ class AgentWorker:
                     answer = await self.act(assignment)
                 except ProviderUnavailable:
                     raise  # no model answers: the job stops interrupted (resumable), unanswered
-                except Exception as exc:  # a bug or a failing store ends the role, not the job
+                except Exception as exc:  # noqa: BLE001 - a bug or a failing store ends the role, not the job
                     error = error_line(f"{type(exc).__name__}: {exc}")
                     log.error("agent.crashed", job=kit.job, role=role, error=error,
                               exception=traceback_text(exc))
@@ -192,9 +195,9 @@ class AgentWorker:
             turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir,
             data_dir=kit.settings.data_dir, session=session_of(a) if a.step else "",
             board_update=update)
-        step = {"step": a.step, "session": env.session} if a.step else {}
-        await self._event("role.started", {"role": spec.name, "cycle": a.cycle,
-                                           "attempt": a.attempt, **step})
+        step, session = (a.step, env.session) if a.step else (None, None)
+        await self._event(events.RoleStarted(role=spec.name, cycle=a.cycle, attempt=a.attempt,
+                                             step=step, session=session))
         crash_point(f"role.start:{spec.name}")
         try:
             result = await run_agent(env, a.instructions)
@@ -202,9 +205,10 @@ class AgentWorker:
             if kit.board is not None:
                 kit.board.end(seen)
         crash_point(f"role.end:{spec.name}")
-        await self._event("role.finished", {"role": spec.name, "status": result.status,
-                                            "turns": result.turns,
-                                            "replayed": result.replayed_turns, **step})
+        await self._event(events.RoleFinished(role=spec.name, status=result.status,
+                                              turns=result.turns,
+                                              replayed=result.replayed_turns, step=step,
+                                              session=session))
         return await self._answer(a, result)
 
     async def _answer(self, a: Assignment, r: AgentResult) -> AnswerMsg:
@@ -222,13 +226,14 @@ class AgentWorker:
             "context_tokens": r.prompt_tokens, "baseline_tokens": r.baseline_tokens,
             "schema_tokens": r.schema_tokens, "step": a.step,
         }
-        if a.role == "PA":
+        phase = entry(a.role).phase
+        if phase == "plan":
             steps, notes = plan_steps(r.finish.get("steps", []))
             if notes:
                 log.info("plan.normalised", job=a.job, cycle=a.cycle, notes=notes)
             last_iri = r.summaries[-1].iri if r.summaries else None
             return PlanMsg(**common, steps=steps or [a.goal], turn_iri=last_iri, notes=notes)
-        if a.role == "DA":
+        if phase == "do":
             written: dict[str, str] = {}
             for t in r.tools:
                 path = t.arguments.get("path")
@@ -237,14 +242,14 @@ class AgentWorker:
             return ArtifactMsg(**common, summary=str(r.finish.get("summary", "")),
                                files=list(written), written=written,
                                iris=[t.iri for t in r.tools])
-        if a.role == "CA":
+        if phase == "check":
             ran = [t for t in r.tools if t.name == "run_checks" and t.ok]
             outcomes = outcomes_in(ran[-1].data) if ran else None
-            verified_by = "CA"
-            if outcomes is None:  # CA finished without checking: run them once, here
+            verified_by = a.role
+            if outcomes is None:  # it finished without checking: run them once, here
                 outcomes = await self.kit.checks.run(ToolContext(
                     self.kit.workspace, self.kit.settings.tools, sandbox=self.kit.sandbox))
-                verified_by = "CA (auto)"
+                verified_by = f"{a.role} (auto)"
             return CheckReportMsg(**common, results=outcomes,
                                   passed=all(o.passed for o in outcomes),
                                   notes=str(r.finish.get("notes", "")) if ran else "auto",
@@ -256,10 +261,10 @@ class AgentWorker:
         return DecisionMsg(**common, decision=decision,
                            report=str(r.finish.get("report") or r.error or ""))
 
-    async def _event(self, event: str, data: dict[str, Any]) -> None:
-        log.info(event, job=self.kit.job, **data)
-        await self.kit.bus.publish(topics.events(self.kit.job),
-                                   JobEvent(job=self.kit.job, event=event, data=data))
+    async def _event(self, event: events.Event) -> None:
+        message = JobEvent.of(self.kit.job, event)
+        log.info(message.event, job=self.kit.job, **message.data)
+        await self.kit.bus.publish(topics.events(self.kit.job), message)
 
 
 def failed_answer(a: Assignment, error: str, *,
@@ -271,11 +276,12 @@ def failed_answer(a: Assignment, error: str, *,
     common: dict[str, Any] = {"job": a.job, "role": a.role, "cycle": a.cycle,
                               "attempt": a.attempt, "status": status, "error": error,
                               "step": a.step}
-    if a.role == "PA":
+    phase = entry(a.role).phase
+    if phase == "plan":
         return PlanMsg(**common, steps=[])
-    if a.role == "DA":
+    if phase == "do":
         return ArtifactMsg(**common, summary="")
-    if a.role == "CA":
+    if phase == "check":
         return CheckReportMsg(**common, results=[], passed=False)
     return DecisionMsg(**common, decision="escalate", report=error)
 

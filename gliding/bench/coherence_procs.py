@@ -318,7 +318,7 @@ def _auth(args: argparse.Namespace) -> BusAuth | None:
 
 async def directory_main(args: argparse.Namespace) -> None:
     from gliding.bus.mqtt import MQTTBus
-    from gliding.memory.coherence.service import Directory
+    from gliding.memory.coherence.directory import Directory
 
     store = RegisterStore.for_oxigraph(args.store)
     step = no_invalidate_step if args.protocol == "broken" else directory_step
@@ -472,7 +472,7 @@ async def _operate(args: argparse.Namespace, registers: MesiRegisters | StoreReg
 
 async def client_main(args: argparse.Namespace) -> None:
     from gliding.bus.mqtt import MQTTBus
-    from gliding.memory.coherence.service import Cache
+    from gliding.memory.coherence.cache import Cache
 
     agent = agent_id(args.process, args.incarnation)
     fd = os.open(args.history, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -30,6 +30,7 @@ output as recoverable when it is still verbatim in the last prompt); ``assembly_
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import re
 import tempfile
@@ -429,15 +430,32 @@ def _aggregate(tallies: list[Tally], naive: list[Tally]) -> dict[str, Any]:
     }
 
 
+PLOTS_MISSING = "matplotlib is needed for the plot: install gliding[plots]"
+
+
+def check_plots() -> None:
+    """Refuse a plot before the benchmark runs, not after, when matplotlib is not installed.
+
+    Raises:
+        UsageError: naming the ``plots`` extra.
+    """
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(PLOTS_MISSING, hint="pip install 'gliding[plots]'")
+
+
 def plot_png(result: dict[str, Any], path: Path) -> None:
-    """Prompt tokens per step of one trajectory for every strategy."""
+    """Prompt tokens per step of one trajectory for every strategy.
+
+    Raises:
+        UsageError: matplotlib is not installed (the ``plots`` extra).
+    """
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise UsageError("matplotlib is needed for the plot", hint="run scripts/setup.sh") from exc
+        raise UsageError(PLOTS_MISSING, hint="pip install 'gliding[plots]'") from exc
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, series in result["plot"]["prompt_tokens"].items():
         ax.plot(range(1, len(series) + 1), series, label=name, linewidth=1.6)

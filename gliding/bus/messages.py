@@ -48,6 +48,7 @@ from pydantic import (
     field_validator,
 )
 
+from gliding.core.events import SCHEMA_VERSION, Event, event_data
 from gliding.core.plan import STEP_ID, normalize_steps
 from gliding.errors import BusError
 
@@ -237,12 +238,19 @@ class ArchivedMsg(_Message):
 
 
 class JobEvent(_Message):
-    """Progress for observers: ``event`` is a dotted name (``role.started``, ``turn.done``)."""
+    """Progress for observers: ``event`` names one of ``gliding.core.events`` (``role.started``,
+    ``turn``), ``data`` holds its fields, ``schema_version`` the vocabulary's version. An observer
+    skips an event it does not know (``events.parse`` gives None)."""
 
     type: Literal["job_event"] = "job_event"
     job: str
     event: str
     data: dict[str, Any] = Field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def of(cls, job: str, event: Event) -> JobEvent:
+        return cls(job=job, event=event.name, data=event_data(event))
 
 
 # ---- jobs whose agents run on `gliding worker` processes (daemon/dispatch.py, workers.py) --

@@ -42,27 +42,22 @@ no broker answers) and starts the one task that reads the connection; leaving it
       and the URL's host. A certificate that does not check is a ``BusError`` on connecting
       (``bus/certs.py`` makes a broker's; clients present none).
 
-MQTTBus runs on asyncio only (as aiomqtt does). The aiomqtt version is pinned; ``_Client``
-holds every place that reaches into it and paho. The module is past 600 lines because that
-adapter stays next to the only code allowed to rely on those internals.
+MQTTBus runs on asyncio only (as aiomqtt does). The aiomqtt version is pinned;
+``mqtt_link.Client`` holds every place that reaches into it and paho, and ``mqtt_routing``
+how deliveries reach the local subscriptions. This module keeps the connection's life
+(connect, reconnect, resubscribe) and the ``port.Bus`` methods.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import math
 import socket
-import ssl
-import threading
-import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import aiomqtt
 import anyio
@@ -76,6 +71,8 @@ from gliding.bus.auth import ROOT, BusAuth, Forged
 from gliding.bus.certs import CA_HINT, client_context
 from gliding.bus.inproc import InProcessSubscription
 from gliding.bus.messages import BusMessage, from_json, to_json
+from gliding.bus.mqtt_link import Link, parse_url
+from gliding.bus.mqtt_routing import Filter, Refusals, hand, hand_to_one
 from gliding.bus.port import Delivery, check_pattern, check_topic, split_shared
 from gliding.config.settings import BusSettings
 from gliding.errors import BusError, GlidingError
@@ -86,11 +83,9 @@ RECEIVE_MAXIMUM = 100  # unacknowledged deliveries the broker may send one bus
 MAX_IDENTIFIER = 268_435_455  # the largest MQTT 5 subscription identifier
 FIRST_RETRY_S = 0.05
 SENDS = 3  # a publish whose connection drops before the PUBACK is sent at most this often
-_LOST: Any = object()  # queued after the last delivery of a connection
 MAX_PACKET = 268_435_455  # MQTT's largest packet
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 ENVELOPE_ROOM = 1024  # what a signed envelope adds to a message, at most (and escaping)
-REFUSAL_LOG_S = 10.0  # refused deliveries: one warning per kind this often, with a count
 LOSS_GRACE_S = 1.0  # how long a failed request waits for the reader to notice a lost link
 UNREACHABLE_HINT = (
     "start mosquitto (scripts/setup.sh installs it) or point bus.url at a running MQTT 5 "
@@ -100,165 +95,6 @@ TLS_HINT = (
     "the broker must listen with TLS on that port, with a certificate for the URL's host; "
     + CA_HINT
 )
-DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
-
-
-def parse_url(url: str) -> tuple[str, int]:
-    """``(host, port)`` of ``mqtt://host:port`` or ``mqtts://host:port`` (TLS; the port
-    defaults to 1883, or 8883 with TLS).
-
-    Raises:
-        BusError: ``url`` is not of that form.
-    """
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise _bad_url(url) from exc
-    if (parts.scheme not in DEFAULT_PORTS or not parts.hostname or parts.path not in ("", "/")
-            or parts.query or parts.fragment or parts.username is not None):
-        raise _bad_url(url)
-    return parts.hostname, port
-
-
-def _bad_url(url: object) -> BusError:
-    return BusError(f"bad bus.url {url!r}: expected mqtt://host:port or mqtts://host:port",
-                    hint="e.g. mqtt://127.0.0.1:1883, or mqtts://broker.lan:8883 for TLS; "
-                         "leave bus.url unset for the in-process bus")
-
-
-class _Client(aiomqtt.Client):
-    """aiomqtt's client, reaching into aiomqtt 2.5 and paho 2.1 (both pinned) for four things:
-    deliveries are acknowledged by the bus (paho's manual ack), so the broker holds back what
-    the bus has no room for; they are read straight from aiomqtt's queue, without the task per
-    message that ``Client.messages`` makes; packets are written on the loop's next tick; a
-    connection the broker closes before its CONNACK (a plain client on a TLS port) fails the
-    connect at once, where aiomqtt would wait for the timeout. With TLS, the handshake is
-    bounded by the connect timeout and a socket whose handshake fails is closed (paho
-    leaves it open)."""
-
-    def __init__(self, *args: Any, on_lost: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._client.manual_ack_set(True)
-        self._client.connect_timeout = self.timeout
-        self._loop_thread = threading.get_ident()
-        self._on_lost = on_lost
-        self._client._ssl_wrap_socket = self._ssl_wrap  # type: ignore[method-assign]
-
-    def _ssl_wrap(self, tcp_sock: socket.socket) -> ssl.SSLSocket:
-        """paho's ``_ssl_wrap_socket`` (in paho's connect thread), closing what fails."""
-        context = self._client._ssl_context
-        assert context is not None and context.check_hostname  # bus/certs.py made it
-        sock = context.wrap_socket(tcp_sock, server_hostname=self._hostname,
-                                   do_handshake_on_connect=False)
-        try:
-            sock.settimeout(self.timeout)
-            sock.do_handshake()
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-
-    async def __aenter__(self) -> _Client:
-        await super().__aenter__()
-        self._disconnected.add_done_callback(self._lost)
-        return self
-
-    def _lost(self, disconnected: asyncio.Future[None]) -> None:
-        if not disconnected.cancelled():
-            disconnected.exception()  # retrieved: asyncio need not complain about it
-        self._queue.put_nowait(_LOST)  # after the deliveries that came before the end
-        self._on_lost()
-
-    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason_code: Any,
-                       properties: Any = None) -> None:
-        if not self._connected.done():
-            self._connected.set_exception(aiomqtt.MqttError(
-                "the broker closed the connection before accepting it"))
-        super()._on_disconnect(client, userdata, flags, reason_code, properties)
-
-    @property
-    def queued(self) -> int:
-        return self._queue.qsize()
-
-    async def next(self) -> aiomqtt.Message:
-        """The next delivery, at once if one has arrived.
-
-        Raises:
-            aiomqtt.MqttError: the connection is lost (what arrived before it is taken first).
-        """
-        message = await self._queue.get()
-        if message is _LOST:
-            self._queue.put_nowait(_LOST)
-            raise aiomqtt.MqttError("the connection to the broker was lost")
-        return message
-
-    def ack(self, message: aiomqtt.Message) -> None:
-        self._client.ack(message.mid, message.qos)
-
-    def abort(self) -> None:
-        """Close the socket without a goodbye (it may never have finished connecting)."""
-        with suppress(Exception):
-            self._client._reset_sockets()
-
-    def _on_socket_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
-        # paho has a packet to send. aiomqtt always waits for the socket to turn writable, via
-        # call_soon_threadsafe (paho's connect runs in a thread); on the loop's own thread we
-        # write on the next tick instead: two syscalls and a wake-up less per packet.
-        if threading.get_ident() != self._loop_thread:
-            super()._on_socket_register_write(client, userdata, sock)
-        else:
-            self._loop.call_soon(self._write_now, client, userdata, sock)
-
-    def _write_now(self, client: Any, userdata: Any, sock: Any) -> None:
-        try:
-            client.loop_write()
-        except Exception as exc:  # as aiomqtt's own write callback: the connection is lost
-            if not self._disconnected.done():
-                self._disconnected.set_exception(exc)
-            return
-        if client.want_write() and client.socket() is sock:  # a part is left: wait for room
-            super()._on_socket_register_write(client, userdata, sock)
-
-
-class _Link:
-    """One connection; ``waiters`` are the requests to cancel when it drops."""
-
-    def __init__(self, on_lost: Callable[[_Link], None], **client_options: Any) -> None:
-        self.client = _Client(**client_options, on_lost=self.drop)
-        self.lost = anyio.Event()
-        self.waiters: set[anyio.CancelScope] = set()
-        self._on_lost = on_lost
-
-    def drop(self) -> None:
-        if not self.lost.is_set():
-            self.lost.set()
-            self._on_lost(self)
-        for scope in self.waiters:
-            scope.cancel()
-
-    @contextmanager
-    def request(self) -> Iterator[None]:
-        """A scope for one request to the broker, cancelled if the link drops meanwhile."""
-        with anyio.CancelScope() as scope:
-            self.waiters.add(scope)
-            try:
-                yield
-            finally:
-                self.waiters.discard(scope)
-
-
-@dataclass(eq=False)
-class _Filter:
-    """One broker subscription and the local subscriptions (their send ends) made with it."""
-
-    pattern: str
-    ident: int
-    shared: bool
-    members: list[MemoryObjectSendStream[Delivery]] = field(default_factory=list)
-    turn: int = 0
-    unverified: bool = False  # takes signed messages this process cannot check (bus/auth.py)
-    began: float = field(default_factory=time.time)  # what was stamped well before: a replay
 
 
 class MQTTBus:
@@ -314,11 +150,11 @@ class MQTTBus:
         if not 1024 <= max_message_bytes <= MAX_PACKET:
             raise BusError(f"max_message_bytes must be 1024..{MAX_PACKET}")
         self._max_message_bytes = max_message_bytes
-        self._refusals = _Refusals(url)
+        self._refusals = Refusals(url)
         self._state = "new"  # -> open -> closed
-        self._link: _Link | None = None
-        self._filters: dict[str, _Filter] = {}
-        self._by_ident: dict[int, _Filter] = {}
+        self._link: Link | None = None
+        self._filters: dict[str, Filter] = {}
+        self._by_ident: dict[int, Filter] = {}
         self._idents = itertools.count(1)
         self._tg: TaskGroup | None = None
         self._reconnects = 0
@@ -488,12 +324,12 @@ class MQTTBus:
 
     # ---- connection -------------------------------------------------------------------------
 
-    async def _connect(self) -> _Link:
+    async def _connect(self) -> Link:
         properties = Properties(PacketTypes.CONNECT)
         properties.ReceiveMaximum = self._receive_maximum
         # the broker sends nothing larger (an envelope adds under 1 KiB to a message)
         properties.MaximumPacketSize = min(MAX_PACKET, self._max_message_bytes + ENVELOPE_ROOM)
-        link = _Link(
+        link = Link(
             self._lost, hostname=self._host, port=self._port, identifier=self._client_id,
             protocol=aiomqtt.ProtocolVersion.V5, keepalive=self._keepalive_s,
             timeout=self._connect_timeout_s, properties=properties, **self._credentials,
@@ -514,15 +350,15 @@ class MQTTBus:
             raise
         return link
 
-    def _set_link(self, link: _Link) -> None:
+    def _set_link(self, link: Link) -> None:
         self._link = link
         self._up.set()
 
-    def _lost(self, link: _Link) -> None:
+    def _lost(self, link: Link) -> None:
         if self._link is link:  # from now on, whoever needs the broker waits for the next one
             self._link, self._up = None, anyio.Event()
 
-    async def _run(self, link: _Link) -> None:
+    async def _run(self, link: Link) -> None:
         """Read ``link`` until it drops, then reconnect; until the bus closes."""
         with self._reader:
             while True:
@@ -532,7 +368,7 @@ class MQTTBus:
                 log.warning("bus.mqtt.disconnected", url=self._url)
                 link = await self._reconnect()
 
-    async def _reconnect(self) -> _Link:
+    async def _reconnect(self) -> Link:
         delay = min(FIRST_RETRY_S, self._reconnect_max_s)
         for attempt in itertools.count(1):
             try:
@@ -559,7 +395,7 @@ class MQTTBus:
             delay = min(delay * 2, self._reconnect_max_s)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _wait_up(self, deadline: float, what: str) -> _Link:
+    async def _wait_up(self, deadline: float, what: str) -> Link:
         while True:
             self._require_open(what)
             link = self._link
@@ -573,7 +409,7 @@ class MQTTBus:
             with anyio.move_on_after(remaining):
                 await self._up.wait()
 
-    async def _settle(self, link: _Link, exc: aiomqtt.MqttError, what: str) -> None:
+    async def _settle(self, link: Link, exc: aiomqtt.MqttError, what: str) -> None:
         """After a failed request: return if the link dropped (so retry), else raise."""
         with anyio.move_on_after(LOSS_GRACE_S):
             await link.lost.wait()
@@ -594,7 +430,7 @@ class MQTTBus:
                 raise BusError(f"{pattern!r} is subscribed with unverified={entry.unverified}",
                                hint="subscribe to it one way only")
             if entry is None:
-                entry = _Filter(pattern, self._next_ident(), split_shared(pattern)[0] is not None,
+                entry = Filter(pattern, self._next_ident(), split_shared(pattern)[0] is not None,
                                 unverified=unverified)
                 self._filters[pattern] = entry
                 self._by_ident[entry.ident] = entry
@@ -612,7 +448,7 @@ class MQTTBus:
         # if the link dropped meanwhile, the reconnection resubscribes the filter
         await self._wait_up(deadline, f"subscribe to {pattern!r}")
 
-    async def _subscribe_on(self, link: _Link, entry: _Filter) -> None:
+    async def _subscribe_on(self, link: Link, entry: Filter) -> None:
         """SUBSCRIBE ``entry`` on ``link``; returns early if the link drops (``link.lost``).
 
         Raises:
@@ -655,7 +491,7 @@ class MQTTBus:
                     log.info("bus.mqtt.unsubscribe_failed", url=self._url, pattern=pattern,
                              error=str(exc))
 
-    def _forget(self, entry: _Filter) -> None:
+    def _forget(self, entry: Filter) -> None:
         del self._filters[entry.pattern]
         del self._by_ident[entry.ident]
 
@@ -669,7 +505,7 @@ class MQTTBus:
 
     # ---- delivery ---------------------------------------------------------------------------
 
-    async def _read(self, link: _Link) -> None:
+    async def _read(self, link: Link) -> None:
         """Route what ``link`` delivers, acknowledging each once routed; until it drops."""
         client = link.client
         by_ident = self._by_ident
@@ -687,20 +523,20 @@ class MQTTBus:
                     if delivery is None:
                         continue
                     if entry.shared:
-                        await _hand_to_one(entry, delivery)
+                        await hand_to_one(entry, delivery)
                     else:
                         for member in tuple(entry.members):
                             try:
                                 member.send_nowait(delivery)
                             except anyio.WouldBlock:
-                                await _hand(member, delivery)
+                                await hand(member, delivery)
                             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                                 pass  # it left
                 client.ack(mqtt_message)
         except aiomqtt.MqttError:
             return
 
-    def _decode(self, mqtt_message: aiomqtt.Message, ident: int, entry: _Filter,
+    def _decode(self, mqtt_message: aiomqtt.Message, ident: int, entry: Filter,
                 decoded: dict[str | bytes, Delivery | None]) -> Delivery | None:
         """The delivery of ``mqtt_message`` for the subscription ``ident``, or None (logged)
         when it is not one: too large, not a bus message, or, on a bus with ``auth``, not
@@ -741,58 +577,6 @@ class MQTTBus:
                 raise BusError(f"cannot {what}: the bus is not open yet",
                                hint="use `async with MQTTBus(url) as bus:`")
             raise BusError(f"cannot {what}: the bus is closed", hint="open a new bus")
-
-
-class _Refusals:
-    """Deliveries refused (malformed, forged, replayed, too large): one warning per kind and
-    topic pattern at most every ``REFUSAL_LOG_S``, with how many were refused since, so a flood
-    of bad payloads costs a few lines, not one each."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.count = 0  # refused in all
-        self._pending: dict[str, int] = {}
-        self._logged: dict[str, float] = {}
-
-    def note(self, topic: str, exc: BusError, size: int) -> None:
-        self.count += 1
-        kind = f"{getattr(exc, 'kind', exc.code)}:{topic.split('/', 1)[0]}"
-        self._pending[kind] = self._pending.get(kind, 0) + 1
-        now = time.monotonic()
-        if now - self._logged.get(kind, -math.inf) < REFUSAL_LOG_S:
-            return
-        if len(self._logged) > 1000:
-            self._logged.clear()
-        self._logged[kind] = now
-        event = "bus.forged" if isinstance(exc, Forged) else "bus.mqtt.bad_payload"
-        log.warning(event, url=self.url, topic=topic[:200], error=exc.message[:300],
-                    size=size, refused=self._pending.pop(kind))
-
-
-async def _hand(member: MemoryObjectSendStream[Delivery], delivery: Delivery) -> bool:
-    """Wait for room in ``member`` and hand it ``delivery``; False if it left meanwhile."""
-    try:
-        await member.send(delivery)
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-        return False
-    return True
-
-
-async def _hand_to_one(entry: _Filter, delivery: Delivery) -> None:
-    """Give ``delivery`` to one member of a shared filter: the next with room, in turn."""
-    while members := entry.members:
-        start = entry.turn % len(members)
-        order = members[start:] + members[:start]
-        for i, member in enumerate(order):
-            try:
-                member.send_nowait(delivery)
-            except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                continue
-            entry.turn = start + i + 1
-            return
-        entry.turn = start + 1
-        if await _hand(order[0], delivery) or order[0] in entry.members:
-            return  # handed over, or closed with the bus (a member that left is off the list)
 
 
 def _check_buffer(max_buffer: object) -> int:

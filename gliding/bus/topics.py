@@ -16,7 +16,8 @@ Jobs whose agents run on ``gliding worker`` processes (``daemon/dispatch.py``) a
     archive/<job>/request      worker -> the job's process: an ArchiveRequest
     worker/<worker>/archive    the job's process -> worker: the ArchiveReply
 
-The blackboard's coherence engine (``memory/coherence/service.py``), per space (a job):
+The blackboard's coherence engine (``memory/coherence/``: ``directory.py``, ``cache.py``), per
+space (a job):
 
     coherence/<space>/directory      caches -> the directory: CoherenceMsg requests and answers
     coherence/<space>/cache/<agent>  the directory -> one agent's cache: fills, acks, invalidations

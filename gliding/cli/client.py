@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import structlog
 
+from gliding.core import events
 from gliding.daemon.jobs import DaemonLock
 from gliding.daemon.queue import TERMINAL, read_info, read_token
 from gliding.errors import (
@@ -132,7 +134,8 @@ class DaemonClient:
     def events(self, job: str, *, after: int = 0, follow: bool = True
                ) -> Iterator[dict[str, Any]]:
         """The job's events above ``after`` (Server-Sent Events, parsed); a stream that fell
-        behind yields ``{"event": "dropped", "after": seq}`` last.
+        behind yields ``{"event": "dropped", "after": seq}`` last. An event this Gliding does
+        not know (``gliding.core.events``: a newer daemon's) is skipped, with a debug log.
 
         Raises:
             DaemonUnreachable: the connection failed or broke off. GlidingError: the daemon
@@ -145,9 +148,21 @@ class DaemonClient:
                 if response.status_code != 200:
                     response.read()
                     _answer(response)
-                yield from _sse(response.iter_lines())
+                yield from known_events(_sse(response.iter_lines()))
         except httpx.HTTPError as exc:
             raise DaemonUnreachable(f"the event stream of job {job} broke off: {exc}") from exc
+
+
+def known_events(records: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """``records`` without the events whose name is not in ``gliding.core.events``."""
+    for record in records:
+        name = record.get("event")
+        if name == "dropped" or name in events.EVENTS:
+            yield record
+        else:
+            structlog.get_logger("gliding.cli").debug(
+                "cli.event.unknown", event_name=str(name)[:100],
+                schema_version=record.get("schema_version"))
 
 
 def _segment(job: str) -> str:

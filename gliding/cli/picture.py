@@ -39,8 +39,8 @@ def draw(iri: str, rows: list[tuple[str, str, str, bool]], path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise UsageError("matplotlib is needed for the picture",
-                         hint="run scripts/setup.sh") from exc
+        raise UsageError("matplotlib is needed for the picture: install gliding[plots]",
+                         hint="pip install 'gliding[plots]'") from exc
     others = []
     for s, p, o, _is_node in rows:
         other = o if s == iri else s

@@ -1,9 +1,11 @@
 """Settings (one section per subsystem) and task files; config.yaml < GLIDING_* env < CLI flags.
 
-    settings.py     the Settings model: every key, its default, what it changes
-    loader.py       load_settings (the layers, in order) and settings_as_yaml
-    task.py         task.yaml: its schema, load_task, and the Task value
-    yamlsource.py   YAML with line numbers; errors as <file>:<line>: <field>: <message>
+    settings.py        the Settings model: every key, its default, what it changes
+    loader.py          load_settings (the layers, in order) and settings_as_yaml
+    task.py            task.yaml: load_task, the Task value and its archived record
+    task_schema.py     the task file's schema (pydantic *Spec models) and its limits
+    workspace_rule.py  where a job may work: workspace_refusal
+    yamlsource.py      YAML with line numbers; errors as <file>:<line>: <field>: <message>
 
 docs/config.md documents both files for users.
 """

@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gliding.config.roles import RoleName, known_role
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -88,7 +90,7 @@ class LLMSettings(_Section):
     # own maximum, which litellm would otherwise send)
     max_tokens: int = Field(4096, ge=1, le=1 << 20)
     # per role: {DA: {max_tokens: 8192}}; a role left out uses the keys above
-    roles: dict[str, LLMRoleSettings] = {}  # keys: PA, DA, CA, AA
+    roles: dict[str, LLMRoleSettings] = {}  # keys: role names (gliding.config.roles)
     # model -> {input, output, cache_read, cache_write} in USD per million tokens; wins over
     # litellm's cost map (docs/config.md, "Prices and costs")
     prices: dict[str, PriceSettings] = {}
@@ -111,8 +113,7 @@ class LLMSettings(_Section):
     def _roles(cls, value: Any) -> Any:
         value = _json_object(value, "roles")  # GLIDING_LLM__ROLES='{"DA": {"max_tokens": 8}}'
         for role in value if isinstance(value, dict) else ():
-            if role not in ("PA", "DA", "CA", "AA"):
-                raise ValueError(f"unknown role {role!r} (roles: PA, DA, CA, AA)")
+            known_role(role)
         return value
 
     @field_validator("prices", mode="before")
@@ -340,7 +341,7 @@ class MCPServerSettings(_Section):
     cwd: str | None = None  # where it starts; default the job's workspace
     url: str | None = None  # streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp
     headers: dict[str, str] = {}  # sent with every HTTP request (e.g. Authorization)
-    roles: tuple[Literal["PA", "DA", "CA", "AA"], ...] = ("DA",)  # the roles given its tools
+    roles: tuple[RoleName, ...] = ("DA",)  # the roles given its tools
     on_demand: bool = False  # true: those roles load it with tool_search instead
     timeout_s: float | None = Field(None, gt=0, le=3600)  # one call; None: mcp.timeout_s
     # what it may add to a prompt: tools, and their schemas' tokens (~4 characters each);

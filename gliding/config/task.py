@@ -1,4 +1,4 @@
-"""Task files (task.yaml): their schema, validation with line numbers, and the ``Task`` value.
+"""Task files (task.yaml): loading and validation with line numbers, and the ``Task`` value.
 
 A task file says what to achieve and within which limits::
 
@@ -21,35 +21,26 @@ A task file says what to achieve and within which limits::
                                 # both only where the host's tools.toolchain.allow admits them
     git_writes: false           # true: its tools may change the workspace's .git directory
 
-``load_task`` reads and validates one; the pydantic ``*Spec`` models are the file's schema (the
-edge), ``Task`` is the frozen value the rest of Gliding uses. Every problem is a
+``load_task`` reads and validates one against the file's schema (the pydantic ``*Spec``
+models of ``task_schema.py``: the edge) and the workspace rule (``workspace_rule.py``);
+``Task`` is the frozen value the rest of Gliding uses, and ``task_record`` /
+``task_from_record`` carry it in a job's archive and over the bus. Every problem is a
 ``TaskFileError`` naming the file, the field and its line. Loading never creates or writes
 anything, not even the workspace. The format is documented in docs/config.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Annotated, Any, ClassVar, Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    TypeAdapter,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
-from pydantic_core import PydanticCustomError
+from pydantic import ValidationError
 
-from gliding.config.settings import MCPServerSettings, mcp_server_names
+from gliding.config.settings import MCPServerSettings
+from gliding.config.task_schema import TaskSpec, kind_of
+from gliding.config.workspace_rule import WORKSPACE_HINT, workspace_refusal
 from gliding.config.yamlsource import (
     USER_FILE_MAX_BYTES,
     LineMap,
@@ -64,14 +55,7 @@ from gliding.config.yamlsource import (
 from gliding.core.checks import Check, CommandSucceeds, FileContains, FileExists
 from gliding.errors import TaskFileError
 
-AgentRole = Literal["PA", "DA", "CA", "AA"]
-AGENT_ROLES: tuple[AgentRole, ...] = ("PA", "DA", "CA", "AA")
-"""Plan, Do, Check and Act agents, in PDCA order."""
-
-CHECK_KINDS = ("file_exists", "file_contains", "command")
-
 _HINT = "see docs/config.md, section 'Task files'"
-_ROLE_LIST = ", ".join(AGENT_ROLES)
 
 
 @dataclass(frozen=True)
@@ -142,7 +126,7 @@ def load_task_text(text: str, source: str, base_dir: Path) -> Task:
     if not isinstance(data, dict):
         raise TaskFileError(
             f"{source}:{lines[()]}: the task file must be a mapping of fields "
-            f"(goal, workspace, ...), not a {_kind(data)}",
+            f"(goal, workspace, ...), not a {kind_of(data)}",
             hint=_HINT,
         )
     _refuse_foreign(data, source, lines)
@@ -179,7 +163,7 @@ def load_task_text(text: str, source: str, base_dir: Path) -> Task:
         workspace=workspace,
         model=spec.model,
         pipeline=spec.pipeline,
-        turns={role: n for role in AGENT_ROLES if (n := getattr(turns, role)) is not None},
+        turns={role: n for role, n in turns.items() if n is not None},
         prompt_tokens=_plain(spec.budgets.prompt_tokens),
         completion_tokens=_plain(spec.budgets.completion_tokens),
         cost_usd=_plain(spec.budgets.cost_usd),
@@ -232,101 +216,10 @@ def _toolchain_paths(spec: TaskSpec, base: Path, source: str, lines: LineMap
     return venv, tuple(absolute(("mounts", i), m) for i, m in enumerate(spec.mounts))
 
 
-# --- where a job may work ----------------------------------------------------------------------
-
-WORKSPACE_HINT = ("give the job a directory of its own, e.g. workspace: workspace "
-                  "(next to the task file)")
-HOME_DOT_HINT = (f"{WORKSPACE_HINT}; a host that means it sets "
-                 "tools.allow_home_dot_workspaces: true (docs/config.md)")
-
-SYSTEM_TREES = tuple(Path(p) for p in (
-    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run",
-    "/sbin", "/sys", "/usr", "/System", "/Library", "/private/etc"))
-"""Directories the system lives in: no workspace is one of them or inside one."""
-
-SHARED_DIRS = tuple(Path(p) for p in (
-    "/home", "/root", "/tmp", "/var", "/var/tmp", "/var/lib", "/var/log", "/var/cache",
-    "/opt", "/srv", "/mnt", "/media", "/snap", "/Users", "/Volumes", "/Applications",
-    "/private", "/private/tmp", "/private/var"))
-"""Directories that hold everyone's files: a workspace may lie below one, not be one."""
-
-
-HOMES_BELOW = (Path("/home"), Path("/Users"))
-"""Directories whose children are home directories (``/home/<user>``)."""
-
-
-def workspace_refusal(workspace: Path, *, home: Path | None = None,
-                      data_dir: Path | None = None,
-                      allow_home_dot_dirs: bool = False) -> str | None:
-    """Why no job may work in ``workspace`` (absolute and resolved, symlinks followed), or None.
-
-    The agents (and their commands, read-write) may change or delete anything in their
-    workspace, so it may not be ``/``, a system directory or a directory inside one
-    (``SYSTEM_TREES``), a directory everyone's files are in (``SHARED_DIRS``), the home
-    directory (``home``, default: ``$HOME`` and the password database's, resolved) or a
-    directory holding it, nor the data directory or a directory inside it (the archives; given
-    by the job's runner). Unless ``allow_home_dot_dirs`` (``tools.allow_home_dot_workspaces``)
-    it may not lie in a top-level dot-entry of a home directory either (``home_dot_dir``:
-    ``~/.ssh``, ``~/.config``, ``~/.aws``, ...: credentials and configuration). A data
-    directory inside the workspace is allowed: the sandbox and the file tools keep it out.
-    """
-    if workspace == Path(workspace.anchor):
-        return "the root directory"
-    for tree in SYSTEM_TREES:
-        if workspace == tree or workspace.is_relative_to(tree):
-            return f"a system directory ({tree})" if workspace == tree else (
-                f"inside the system directory {tree}")
-    if workspace in SHARED_DIRS:
-        return "a directory shared by everyone's files"
-    homes = (home,) if home is not None else _user_homes()
-    for own in homes:
-        if own == Path(own.anchor):
-            continue
-        if workspace == own:
-            return "the home directory"
-        if own.is_relative_to(workspace):
-            return f"a directory that holds the home directory {own}"
-    if data_dir is not None and (workspace == data_dir or workspace.is_relative_to(data_dir)):
-        return f"inside the data directory {data_dir}, where the job archives are"
-    dot = None if allow_home_dot_dirs else home_dot_dir(workspace, homes)
-    if dot is not None:
-        return (f"inside {dot}, a dot-directory of a home directory (credentials and "
-                "configuration live there)")
-    return None
-
-
-def home_dot_dir(path: Path, homes: tuple[Path, ...]) -> Path | None:
-    """The top-level dot-entry of a home directory that ``path`` is or lies in (``~/.ssh``,
-    ``/home/bob/.config``), or None. Homes are ``homes``, ``/root`` and the child of
-    ``/home`` or ``/Users`` that ``path`` lies in."""
-    found = [*homes, Path("/root")]
-    for parent in HOMES_BELOW:
-        if path.is_relative_to(parent) and len(path.parts) > len(parent.parts):
-            found.append(parent / path.parts[len(parent.parts)])
-    for home in found:
-        if home != Path(home.anchor) and path.is_relative_to(home) and path != home:
-            top = path.parts[len(home.parts)]
-            if top.startswith("."):
-                return home / top
-    return None
-
-
-def _user_homes() -> tuple[Path, ...]:
-    """This user's home directories, resolved: ``$HOME`` and the password database's."""
-    found: list[Path] = []
-    with contextlib.suppress(RuntimeError, OSError):  # no HOME and no passwd entry
-        found.append(Path.home().resolve())
-    with contextlib.suppress(ImportError, KeyError, OSError, RuntimeError):  # none for the uid
-        import pwd  # noqa: PLC0415 - POSIX only
-
-        found.append(Path(pwd.getpwuid(os.getuid()).pw_dir).resolve())
-    return tuple(dict.fromkeys(h for h in found if h.is_absolute()))
-
-
-def _plain(value: int | float | BaseModel | None) -> Any:
+def _plain(value: int | float | dict[str, Any] | None) -> Any:
     """A budget as ``Task`` holds it: a number, a dict of the roles given, or None."""
-    if isinstance(value, BaseModel):
-        return {k: v for k, v in value.model_dump().items() if v is not None}
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if v is not None}
     return value
 
 
@@ -403,294 +296,3 @@ def _check_from(data: dict[str, Any]) -> Check:
     return CommandSucceeds(str(data["command"]), float(data["timeout_s"]))
 
 
-# --- the schema: pydantic at the edge ---------------------------------------------------------
-
-
-def _invalid(message: str) -> PydanticCustomError:
-    return PydanticCustomError("invalid", message)
-
-
-def _kind(value: Any) -> str:
-    return {dict: "mapping", list: "list", str: "string", bool: "boolean"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise _invalid("must not be empty")
-    return value.strip()
-
-
-def _relative_path(value: str) -> str:
-    """A check path: relative to the workspace and staying inside it."""
-    if not value.strip():
-        raise _invalid("must not be empty")
-    if PurePosixPath(value).is_absolute() or PureWindowsPath(value).is_absolute():
-        raise _invalid(f"must be relative to the workspace, not absolute: {shown(value)}")
-    depth = 0
-    for part in PurePosixPath(value.replace("\\", "/")).parts:
-        depth += -1 if part == ".." else 0 if part == "." else 1
-        if depth < 0:
-            raise _invalid(f"must stay inside the workspace: {shown(value)} leads out of it")
-    return value
-
-
-NonBlank = Annotated[str, AfterValidator(_not_blank)]
-CheckPath = Annotated[str, AfterValidator(_relative_path)]
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-MAX_TURNS = 10_000
-"""Turns of one role and assignment, at most."""
-MAX_TOKENS = 10**12
-"""A token budget, at most (no job comes near it; larger numbers are typos)."""
-MAX_COST_USD = 1_000_000.0
-MAX_WALL_TIME_S = 30 * 86_400.0
-MAX_CHECK_TIMEOUT_S = 86_400.0
-
-
-class TurnsSpec(_Spec):
-    """Turns per role; an int in the task file sets every role."""
-
-    unknown_key_noun: ClassVar[str] = "role"
-
-    PA: int | None = Field(None, ge=1, le=MAX_TURNS)
-    DA: int | None = Field(None, ge=1, le=MAX_TURNS)
-    CA: int | None = Field(None, ge=1, le=MAX_TURNS)
-    AA: int | None = Field(None, ge=1, le=MAX_TURNS)
-
-
-class TokensPerRole(_Spec):
-    """A token budget per role; the roles left out have none of their own."""
-
-    unknown_key_noun: ClassVar[str] = "role"
-
-    PA: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    DA: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    CA: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    AA: int | None = Field(None, ge=1, le=MAX_TOKENS)
-
-
-class CostPerRole(_Spec):
-    """A cost budget per role (USD)."""
-
-    unknown_key_noun: ClassVar[str] = "role"
-
-    PA: float | None = Field(None, ge=0, le=MAX_COST_USD)
-    DA: float | None = Field(None, ge=0, le=MAX_COST_USD)
-    CA: float | None = Field(None, ge=0, le=MAX_COST_USD)
-    AA: float | None = Field(None, ge=0, le=MAX_COST_USD)
-
-
-def _number(adapter: TypeAdapter[Any], value: Any, prefix: str) -> Any:
-    try:
-        return adapter.validate_python(value, strict=True)
-    except ValidationError as exc:
-        raise _invalid(f"{prefix}{exc.errors()[0]['msg']}, got {shown(value)}") from None
-
-
-_TOKENS: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(ge=1, le=MAX_TOKENS)])
-_COST: TypeAdapter[float] = TypeAdapter(
-    Annotated[float, Field(ge=0, le=MAX_COST_USD, allow_inf_nan=False)])
-
-
-class BudgetsSpec(_Spec):
-    turns: TurnsSpec = TurnsSpec()
-    prompt_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | TokensPerRole | None = None
-    completion_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | TokensPerRole | None = None
-    cost_usd: Annotated[float, Field(ge=0, le=MAX_COST_USD)] | CostPerRole | None = None
-    wall_time_s: float | None = Field(None, gt=0, le=MAX_WALL_TIME_S)
-
-    @field_validator("prompt_tokens", "completion_tokens", "cost_usd", mode="before")
-    @classmethod
-    def _number_or_roles(cls, value: Any, info: ValidationInfo) -> Any:
-        if value is None or isinstance(value, BaseModel):
-            return value
-        number = _COST if info.field_name == "cost_usd" else _TOKENS
-        if isinstance(value, dict):  # per role: name the role and the value that is wrong
-            for role, item in value.items():
-                if role not in AGENT_ROLES:
-                    raise _invalid(f"unknown role {shown(role)} (roles: {_ROLE_LIST})")
-                if item is not None:
-                    _number(number, item, f"{role}: ")
-            return value
-        return _number(number, value, "")
-
-    @field_validator("turns", mode="before")
-    @classmethod
-    def _turns_for_every_role(cls, value: Any) -> Any:
-        if value is None:
-            return TurnsSpec()
-        if isinstance(value, int) and not isinstance(value, bool):
-            if not 1 <= value <= MAX_TURNS:
-                raise _invalid(f"must be from 1 to {MAX_TURNS}, got {shown(value)}")
-            return {role: value for role in AGENT_ROLES}
-        if isinstance(value, dict | TurnsSpec):
-            return value
-        raise _invalid(
-            f"must be a whole number (every role) or a mapping of role to number "
-            f"like {{DA: 6, CA: 3}}, got a {_kind(value)}"
-        )
-
-
-class FileContainsSpec(_Spec):
-    path: CheckPath
-    text: str = Field(min_length=1)
-
-
-class CommandSpec(_Spec):
-    run: NonBlank
-    timeout_s: float = Field(CommandSucceeds.timeout_s, gt=0, le=MAX_CHECK_TIMEOUT_S)
-
-
-class CheckSpec(_Spec):
-    """One check: exactly one of the keys below."""
-
-    unknown_key_noun: ClassVar[str] = "check kind"
-
-    file_exists: CheckPath | None = None
-    file_contains: FileContainsSpec | None = None
-    command: CommandSpec | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_kind(cls, value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise _invalid(
-                f"a check is a mapping with one of {', '.join(CHECK_KINDS)}, "
-                f"got a {_kind(value)}: {shown(value)}"
-            )
-        kinds = [key for key in value if key in CHECK_KINDS]
-        if len(kinds) > 1:
-            raise _invalid(f"a check has exactly one kind, got {' and '.join(kinds)}")
-        if not value:
-            raise _invalid(f"empty check; give one of {', '.join(CHECK_KINDS)}")
-        return value
-
-    @field_validator("command", mode="before")
-    @classmethod
-    def _command_string(cls, value: Any) -> Any:
-        return {"run": value} if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _has_value(self) -> CheckSpec:
-        if self.file_exists is None and self.file_contains is None and self.command is None:
-            raise _invalid(f"a check needs a value for one of {', '.join(CHECK_KINDS)}")
-        return self
-
-    def to_check(self) -> Check:
-        if self.file_exists is not None:
-            return FileExists(path=self.file_exists)
-        if self.file_contains is not None:
-            return FileContains(path=self.file_contains.path, text=self.file_contains.text)
-        assert self.command is not None  # _has_value
-        return CommandSucceeds(command=self.command.run, timeout_s=self.command.timeout_s)
-
-
-def _pipeline(value: Any) -> Literal["auto", "exploratory"] | tuple[str, ...]:
-    if value is None or value == "auto":
-        return "auto"
-    if value == "exploratory":
-        return "exploratory"
-    if not isinstance(value, list):
-        raise _invalid(
-            "must be 'auto' or a list of roles like [PA, DA, CA] (or 'exploratory'), "
-            f"got {shown(value)}"
-        )
-    if not value:
-        raise _invalid("must not be an empty list; use 'auto' or list roles like [DA, CA]")
-    for role in value:
-        if role not in AGENT_ROLES:
-            raise _invalid(f"unknown role {shown(role)} (roles: {_ROLE_LIST})")
-    for role in AGENT_ROLES:
-        if value.count(role) > 1:
-            raise _invalid(f"role {role!r} appears more than once")
-    if "DA" not in value:
-        raise _invalid(f"must contain DA, the role that does the work; got {shown(value)}")
-    return tuple(value)
-
-
-class TaskSpec(_Spec):
-    """The task file as written; ``null`` for an optional field means its default."""
-
-    goal: NonBlank
-    workspace: NonBlank = "workspace"
-    model: NonBlank | None = None
-    pipeline: Annotated[Any, BeforeValidator(_pipeline)] = "auto"
-    budgets: BudgetsSpec = BudgetsSpec()
-    checks: tuple[CheckSpec, ...] = ()
-    network: bool = False  # bash and check commands may use the network (tools.network too)
-    # name -> MCP server, the keys of settings mcp.servers.<name> (docs/mcp.md); a server of
-    # the same name as a configured one replaces it for this task's jobs
-    mcp_servers: dict[str, MCPServerSettings] = {}
-    # role -> tool groups it gets in this task besides its role file's, e.g. {DA: [web]}
-    tool_groups: dict[str, tuple[str, ...]] = {}
-    # a virtual environment for its sandboxed commands, and more read-only paths; a host
-    # mounts them only where its tools.toolchain.allow admits them
-    venv: NonBlank | None = None
-    mounts: tuple[NonBlank, ...] = ()
-    # its tools may change the workspace's .git directory (else read-only: docs/tools.md)
-    git_writes: bool = False
-
-    @field_validator("mounts", mode="before")
-    @classmethod
-    def _mounts(cls, value: Any) -> Any:
-        if value is None:
-            return ()
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list | tuple):
-            raise _invalid(f"must be a list of paths, got a {_kind(value)}")
-        return tuple(value)
-
-    @field_validator("tool_groups", mode="before")
-    @classmethod
-    def _tool_groups(cls, value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise _invalid("must be a mapping of role to a list of tool groups, e.g. "
-                           f"{{DA: [web]}}, got a {_kind(value)}")
-        out = {}
-        for role, groups in value.items():
-            if role not in AGENT_ROLES:
-                raise _invalid(f"unknown role {shown(role)} (roles: {_ROLE_LIST})")
-            listed = [groups] if isinstance(groups, str) else groups
-            if not isinstance(listed, list) or not all(
-                    isinstance(g, str) and g.strip() for g in listed):
-                raise _invalid(f"{role}: must be a list of tool group names, e.g. [web]")
-            out[role] = tuple(g.strip() for g in listed)
-        return out
-
-    @field_validator("mcp_servers", mode="before")
-    @classmethod
-    def _mcp_servers(cls, value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise _invalid(f"must be a mapping of server name to server, got a {_kind(value)}")
-        try:
-            return mcp_server_names(value)
-        except ValueError as exc:
-            raise _invalid(str(exc)) from None
-
-    @field_validator("workspace", "budgets", mode="before")
-    @classmethod
-    def _null_is_default(cls, value: Any, info: ValidationInfo) -> Any:
-        if value is None:
-            field = cls.model_fields[info.field_name or ""]
-            return field.get_default(call_default_factory=True)
-        return value
-
-    @field_validator("checks", mode="before")
-    @classmethod
-    def _checks_list(cls, value: Any) -> Any:
-        if value is None:
-            return ()
-        if isinstance(value, list | tuple):
-            return tuple(value)  # strict mode takes tuples only; YAML gives lists
-        raise _invalid(f"must be a list of checks, got a {_kind(value)}")

@@ -209,6 +209,8 @@ def format_key_path(path: Iterable[Any]) -> str:
     A long key is clipped (``clip``)."""
     out = ""
     for part in path:
+        if part == "[key]":  # pydantic's mark of a mapping key that failed: the key says it
+            continue
         if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:

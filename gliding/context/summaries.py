@@ -9,8 +9,8 @@ When the chain is over budget the entry with the lowest score goes first:
   (the goal and the newest messages); the most relevant entries are never the first to go;
 - recency ∈ [0, 1]: 1 for the newest turn, falling linearly to 0 for the oldest;
 - cheapness ∈ [0, 1]: 1 − tokens/largest, so of two equally useful entries the one that costs
-  more tokens leaves first (the "token_cost" term of DESIGN.md, oriented so that a higher score
-  always means "keep").
+  more tokens leaves first (a token-cost term, oriented so that a higher score always means
+  "keep").
 
 Evicted entries stay as weak references: their IRIs are listed, so nothing becomes unreachable.
 Scoring and eviction are pure functions; ``SummaryChain`` holds the state.

@@ -41,7 +41,7 @@ def _encoder(name: str) -> Callable[[str], int] | None:
         import tiktoken
 
         encoding = tiktoken.get_encoding(name)
-    except Exception as exc:  # not installed, or its file is missing and cannot be fetched
+    except Exception as exc:  # noqa: BLE001 - not installed, or its file is missing and cannot be fetched
         log.warning("tokenizer.fallback", encoding=name, error=str(exc),
                     using="4 characters a token")
         return None

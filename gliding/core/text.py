@@ -54,7 +54,7 @@ def traceback_text(exc: BaseException, *, frames: int = TRACEBACK_FRAMES,
             exc, limit=-frames, capture_locals=False, max_group_width=8, max_group_depth=4)
         lines = [clip(line, _TRACEBACK_LINE) for chunk in found.format()
                  for line in chunk.splitlines()]
-    except Exception:  # a traceback that cannot be rendered still leaves its kind and message
+    except Exception:  # noqa: BLE001 - a traceback that cannot be rendered still leaves its kind and message
         lines = [f"{type(exc).__name__}: {clip(_safe_str(exc), _TRACEBACK_LINE)}"]
     text = "\n".join(lines).strip("\n")
     if len(text) <= chars:
@@ -66,5 +66,5 @@ def traceback_text(exc: BaseException, *, frames: int = TRACEBACK_FRAMES,
 def _safe_str(exc: BaseException) -> str:
     try:
         return str(exc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - str() of any error may raise; shown anyway
         return "<the error's text cannot be shown>"

@@ -56,16 +56,12 @@ from gliding.config.settings import Settings
 from gliding.config.yamlsource import USER_FILE_MAX_BYTES
 from gliding.core.text import error_line, traceback_text
 from gliding.daemon import queue as q
+from gliding.daemon.events import DROPPED
 from gliding.daemon.hosts import HostCheck
 from gliding.daemon.jobs import DaemonLock, JobBusy, stop_error
 from gliding.daemon.queue import JobStateError
-from gliding.daemon.service import (
-    DROPPED,
-    MAX_OFFSET,
-    JobService,
-    ServiceStopping,
-    job_record,
-)
+from gliding.daemon.reading import job_record
+from gliding.daemon.service import MAX_OFFSET, JobService, ServiceStopping
 from gliding.errors import GlidingError, NotFoundError, SandboxError, UsageError
 from gliding.tools.sandbox import Sandbox
 
@@ -345,7 +341,7 @@ def build_app(service: JobService, token: str) -> FastAPI:
 
     @v1.get("/openapi.json", include_in_schema=False)
     async def openapi() -> dict[str, Any]:
-        return app.openapi()
+        return await anyio.to_thread.run_sync(app.openapi)  # built once, ~0.1 s of CPU
 
     app.include_router(v1)
     app.add_middleware(_BodyLimit)
@@ -503,7 +499,8 @@ async def serve_async(settings: Settings, *, announce: Callable[[dict[str, Any]]
         await anyio.to_thread.run_sync(_require_sandbox, settings)
         sockets.append(_tcp_socket(daemon.host, daemon.port))
         if daemon.socket is not None:
-            unix = Path(daemon.socket).expanduser().resolve()
+            where = daemon.socket
+            unix = await anyio.to_thread.run_sync(lambda: Path(where).expanduser().resolve())
             sockets.append(_unix_socket(unix))
         service = JobService(settings, base_dir=base_dir)
         async with service.running():
@@ -512,8 +509,9 @@ async def serve_async(settings: Settings, *, announce: Callable[[dict[str, Any]]
                 def capture_signals(self) -> Iterator[None]:
                     yield  # the signals stop the service first (below)
 
+            app = await anyio.to_thread.run_sync(served_app, service, token)  # 0.1-0.3 s of CPU
             server = Server(uvicorn.Config(
-                served_app(service, token), log_config=None, access_log=False, lifespan="off",
+                app, log_config=None, access_log=False, lifespan="off",
                 log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
 
             async def stop_on_signal() -> None:
@@ -535,8 +533,8 @@ async def serve_async(settings: Settings, *, announce: Callable[[dict[str, Any]]
                         done.set()
 
                 tg.start_soon(run_server)
-                while not server.started and not done.is_set():
-                    await anyio.sleep(0.01)
+                while not server.started and not done.is_set():  # noqa: ASYNC110 - uvicorn
+                    await anyio.sleep(0.01)  # sets a plain flag when it listens, no event
                 if server.started:
                     info = {"pid": os.getpid(), "url": _url(sockets[0]),
                             "socket": str(unix) if unix else None, "started": time.time(),

@@ -1,7 +1,7 @@
 """A job's blackboard under the coherence engine: what the composition root starts for it.
 
 With ``memory.coherence.enabled`` (the default) the job's process runs the job's coherence
-directory (``memory/coherence/service.py``) over the job's bus, storing through
+directory (``memory/coherence/directory.py``) over the job's bus, storing through
 ``coherence/nodes.JobNodeStore`` (L0 revisions, then the board), and two caches of its own:
 one that ingestion writes through, one that this process's agents read their views through
 (``coherence/views.CoherentViews``). So an agent's briefing is built from lines that are
@@ -32,8 +32,10 @@ from gliding.config.settings import Settings
 from gliding.errors import GlidingError
 from gliding.memory.archive.store import Archive
 from gliding.memory.board.blackboard import Blackboard
+from gliding.memory.coherence.cache import Cache
+from gliding.memory.coherence.directory import Directory
 from gliding.memory.coherence.nodes import JobNodeStore
-from gliding.memory.coherence.service import BoardClosed, Cache, CoherenceTimeout, Directory
+from gliding.memory.coherence.service import BoardClosed, CoherenceTimeout
 from gliding.memory.coherence.views import CoherentViews
 
 log = structlog.get_logger("gliding.daemon")

@@ -10,9 +10,8 @@ Before anything of a job is written its workspace is checked (``refuse_workspace
 it can be written) and locked (``WorkspaceLock``). Whatever stops a job from outside its agents
 comes out as one GlidingError with the stop recorded (``jobs.stop_error``, ``record_stop``).
 What the agents work with is built in ``parts.py`` (the same on a ``gliding worker``); the
-files DA wrote are archived at the end by ``artifacts.py``. (Past 600 lines: setup, resume, the
-remote-agents side and the end of a job share these helpers; the model backend choice,
-``build_llm`` and its checks, is the next candidate to move out.)
+files DA wrote are archived at the end by ``artifacts.py``; the job's model is chosen by
+``models.py``.
 """
 
 from __future__ import annotations
@@ -38,25 +37,25 @@ from gliding.bus import topics
 from gliding.bus.messages import Assignment, CheckReportMsg, JobEvent
 from gliding.bus.port import Bus
 from gliding.config.settings import Settings
-from gliding.config.task import (
-    HOME_DOT_HINT,
-    WORKSPACE_HINT,
-    Task,
-    task_from_record,
-    task_record,
-    workspace_refusal,
-)
+from gliding.config.task import Task, task_from_record, task_record
+from gliding.config.workspace_rule import HOME_DOT_HINT, WORKSPACE_HINT, workspace_refusal
 from gliding.core.clock import Clock, SystemClock
 from gliding.core.crashpoints import crash_point
+from gliding.core.events import (
+    JobFinished,
+    JobSandbox,
+    MCPServerUnavailable,
+    ToolchainRefused,
+    WorkspaceChanged,
+)
 from gliding.core.ids import new_job_id
-from gliding.core.prices import Price
 from gliding.daemon import artifacts, parts
 from gliding.daemon.board import JobBoard, job_board
 from gliding.daemon.jobs import FINISHED, JobLock, WorkspaceLock, record_stop, stop_error
+from gliding.daemon.models import build_llm, check_cost_budget
 from gliding.daemon.runtime import Runtime, open_bus
 from gliding.errors import ArchiveError, ProviderUnavailable, TaskFileError, ToolError, UsageError
 from gliding.llm.port import LLM, backend_kind
-from gliding.llm.prices import refuse_unpriced_cost_budget, settings_price
 from gliding.memory.archive.journal import ArchiveJournal, last_entry
 from gliding.memory.archive.port import LocalArchive
 from gliding.memory.archive.store import Archive, archive_path
@@ -77,126 +76,6 @@ from gliding.tools.toolchain import resolve_toolchain
 log = structlog.get_logger("gliding.daemon")
 
 INGEST_DRAIN_S = 30.0  # how long a finished job waits for ingestion to catch up
-
-
-def build_llm(model: str, settings: Settings) -> LLM:
-    """The job's model: the backend ``model`` names (``backend``) with its fallbacks
-    (``llm.fallbacks``) and, when one of them is hosted, retries on provider faults
-    (``gliding/llm/resilient.py``, ``llm.retry``); a role with a model or fallbacks of its
-    own (``llm.roles.<ROLE>``) calls those (``gliding/llm/routing.py``).
-
-    Raises:
-        UsageError: as ``backend`` raises it.
-        LLMError: the local model file is missing.
-    """
-    built: dict[str, LLM] = {}
-
-    def chain(first: str, fallbacks: tuple[str, ...]) -> LLM:
-        names = tuple(dict.fromkeys((first, *fallbacks)))
-        models = [built[m] if m in built else built.setdefault(m, backend(m, settings))
-                  for m in names]
-        if len(models) == 1 and backend_kind(first) != "litellm":
-            return models[0]
-        from gliding.llm.faults import RetryPolicy
-        from gliding.llm.resilient import ResilientLLM
-
-        r = settings.llm.retry
-        return ResilientLLM(models, RetryPolicy(r.max_attempts, r.initial_s, r.max_s,
-                                                r.max_total_s, r.cooldown_s))
-
-    default = chain(model, settings.llm.fallbacks)
-    own = {role: chain(r.model or model, settings.llm.fallbacks if r.fallbacks is None
-                       else r.fallbacks)
-           for role, r in settings.llm.roles.items()
-           if r.model is not None or r.fallbacks is not None}
-    if not own:
-        return default
-    from gliding.llm.routing import ByRole
-
-    return ByRole(default, own)
-
-
-def backend(model: str, settings: Settings) -> LLM:
-    """The backend a model string names: ``local``, ``local:<gguf>``, ``scripted:<replies>``
-    or a litellm string (with ``llm.api_base`` and the key in ``llm.api_key_env``).
-
-    Raises:
-        UsageError: a control character (a NUL byte) in ``model``; ``scripted`` without a
-            file, or a replies file that cannot be used; ``llm.api_key_env`` names a variable
-            that is not set.
-        LLMError: the local model file is missing.
-    """
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7f for ch in model):
-        raise UsageError(f"the model {model[:80]!r} has a control character",
-                         hint="local, local:/path.gguf, scripted:replies.yaml or a litellm "
-                              "string such as openai/gpt-4o-mini")
-    kind = backend_kind(model)
-    if kind == "local":
-        from gliding.llm.local import LocalLLM
-
-        path = Path(model.split(":", 1)[1]).expanduser() if ":" in model else None
-        return LocalLLM(settings.llm.local, path)
-    if kind == "scripted":
-        from gliding.llm.scripted import FileScriptedLLM
-
-        if ":" not in model or not model.split(":", 1)[1]:
-            raise UsageError("the scripted model needs its replies file",
-                             hint="--model scripted:replies.yaml (docs/config.md)")
-        return FileScriptedLLM(Path(model.split(":", 1)[1]).expanduser())
-    from gliding.llm.hosted import HostedLLM
-
-    llm_settings = settings.llm
-    api_key = None
-    if llm_settings.api_key_env is not None:
-        api_key = os.environ.get(llm_settings.api_key_env)
-        if not api_key:
-            raise UsageError(f"llm.api_key_env names {llm_settings.api_key_env}, which is not "
-                             "set", hint=f"export {llm_settings.api_key_env}=<the key>, or "
-                             "unset llm.api_key_env to use the provider's usual variable")
-    return HostedLLM(model, timeout_s=llm_settings.timeout_s, max_tokens=llm_settings.max_tokens,
-                     api_base=llm_settings.api_base, api_key=api_key,
-                     role_max_tokens={role: own.max_tokens
-                                      for role, own in llm_settings.roles.items()
-                                      if own.max_tokens is not None},
-                     price=settings_price(model, llm_settings.prices))
-
-
-def check_model_file(model: str) -> None:
-    """Refuse a ``local:<path>`` model whose path is no GGUF model file, before a job is
-    queued (a submission to a daemon or an MCP server is refused now, not failed later).
-    ``gliding run`` leaves the check to the job's first call.
-
-    Raises:
-        UsageError: missing, not a regular file, or without the GGUF header; the message
-            never quotes the file.
-    """
-    if backend_kind(model) != "local" or ":" not in model:
-        return
-    from gliding.llm.local import gguf_refusal
-
-    path = Path(model.split(":", 1)[1]).expanduser()
-    refused = gguf_refusal(path)
-    if refused is not None:
-        raise UsageError(f"the model {model[:200]!r} cannot be used: {path} {refused}",
-                         hint="local:/path/to/model.gguf, or local for the packaged model")
-
-
-def check_cost_budget(task: Task, settings: Settings, model: str | None = None) -> None:
-    """Refuse ``task`` when it has a cost budget and a model its job may call has no price
-    (``llm.prices``, else litellm's cost map: imported only then).
-
-    Raises:
-        TaskFileError: such a model (exit 2); nothing of the job is written yet.
-    """
-    if task.cost_usd is None:
-        return
-
-    def litellm_price(model: str) -> Price | None:
-        from gliding.llm.hosted import litellm_price
-
-        return litellm_price(model)
-
-    refuse_unpriced_cost_budget(task, settings, model, lookup=litellm_price)
 
 
 @dataclass(frozen=True)
@@ -511,9 +390,8 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
         await tools.open()  # the groups acquire what they own; closed however the job ends
         for group in mcp:  # a server that did not start is news, not a failure
             if group.unavailable is not None and j.on_event is not None:
-                j.on_event(JobEvent(job=job, event="mcp.server.unavailable",
-                                    data={"server": group.server_name,
-                                          "reason": group.unavailable}))
+                j.on_event(JobEvent.of(job, MCPServerUnavailable(
+                    server=group.server_name, reason=group.unavailable)))
         try:
             final = await _drive(j, state, commands, resumed, bus, worker, ingest, journal,
                                  verify)
@@ -560,8 +438,8 @@ async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resum
                 await tg.start(ingest.serve, bus)
             await tg.start(serve_agents)
             if j.workspace_changed:
-                await bus.publish(topics.events(job), JobEvent(
-                    job=job, event="job.workspace_changed", data={}))
+                await bus.publish(topics.events(job),
+                                  JobEvent.of(job, WorkspaceChanged()))
             runner = JobRunner(bus, verify, journal, j.task.wall_time_s,
                                stop_agents=agents.cancel)
             final = await (runner.resume(state) if resumed else runner.run(state, commands))
@@ -585,9 +463,10 @@ async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *, resumed: bool
 
     archive, settings = j.archive, j.settings
     model = await anyio.to_thread.run_sync(archive.get_meta, "model_spec")
+    origin = await anyio.to_thread.run_sync(os.path.realpath, settings.data_dir)
     dispatcher = Dispatcher(bus, archive.job, task_record=task_record(j.task),
                             model=str(model or j.llm.name),
-                            origin=os.path.realpath(settings.data_dir),
+                            origin=origin,
                             lease_s=settings.daemon.lease_s, briefing=worker.kit.briefing,
                             expect_s=1.5 * settings.daemon.heartbeat_s if resumed else 0.0,
                             coherence_lease_s=settings.memory.coherence.lease_s
@@ -629,7 +508,7 @@ async def _close(job: str, tools: Any, bus: Bus, *, quiet: bool) -> None:
     for close in (teardown_point, tools.aclose, bus.aclose):
         try:
             await close()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - each closes even when another fails
             if quiet:
                 log.warning("job.close.failed", job=job, error=str(exc)[:300])
             elif first is None:
@@ -682,12 +561,11 @@ async def job_sandbox(job: str, task: Task, settings: Settings,
                          toolchain=toolchain, readonly=readonly)
     await anyio.to_thread.run_sync(sandbox.require)
     if on_event is not None:
-        on_event(JobEvent(job=job, event="job.sandbox",
-                          data={"confined": sandbox.confined, "line": sandbox.describe()}))
+        on_event(JobEvent.of(job, JobSandbox(confined=sandbox.confined,
+                                                    line=sandbox.describe())))
         for left in toolchain.refused if sandbox.confined else ():
-            on_event(JobEvent(job=job, event="job.toolchain.refused",
-                              data={"path": str(left.path), "what": left.what,
-                                    "why": left.why}))
+            on_event(JobEvent.of(job, ToolchainRefused(
+                path=str(left.path), what=left.what, why=left.why)))
     return sandbox
 
 
@@ -709,5 +587,5 @@ async def _forward(events: Any, on_event: Callable[[JobEvent], None],
     while True:
         _topic, event = await events.receive()
         on_event(event)
-        if event.event == "job.finished":
+        if event.event == JobFinished.name:
             done.set()

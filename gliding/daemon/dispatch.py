@@ -48,6 +48,7 @@ from gliding.bus.messages import (
     WorkItem,
 )
 from gliding.bus.port import Bus
+from gliding.core import events
 from gliding.daemon import leases as L
 
 log = structlog.get_logger("gliding.daemon")
@@ -185,10 +186,9 @@ class Dispatcher:
                 self.lapsed += 1
                 log.warning("work.lapsed", job=self.job, key=effect.key, worker=effect.worker,
                             silent_s=round(effect.silent_s, 1))
-                await self.bus.publish(topics.events(self.job), JobEvent(
-                    job=self.job, event="work.lapsed",
-                    data={"key": effect.key, "worker": effect.worker,
-                          "silent_s": round(effect.silent_s, 1)}))
+                await self.bus.publish(topics.events(self.job), JobEvent.of(
+                    self.job, events.WorkLapsed(key=effect.key, worker=effect.worker,
+                                                silent_s=round(effect.silent_s, 1))))
 
     def _item(self, key: str, epoch: int) -> WorkItem:
         return self.items[key].model_copy(update={"epoch": epoch})

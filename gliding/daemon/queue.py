@@ -23,6 +23,14 @@ lock serialises them. Times are seconds since the epoch, given by the caller.
 A queue file SQLite cannot read (garbage, cut short, "file is not a database", "database disk
 image is malformed", a database without the queue's table) is refused as ``QueueDamaged``;
 the daemon then rebuilds the queue from the jobs' archives (``reconcile.open_queue``).
+
+The queue's format version is SQLite's ``user_version`` (``QUEUE_VERSION``):
+
+    1  the jobs table below. Queues made before the version was kept (``user_version`` 0) have
+       the same table: they are read as they are and stamped 1 when opened.
+
+A queue of a newer version is refused with a plain ``ArchiveError``, not ``QueueDamaged``: it
+is not rebuilt (that would drop what the newer version keeps), the daemon does not start.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from typing import Any
 from gliding.errors import ArchiveError, NotFoundError, UsageError
 
 QUEUE_FILE = Path("daemon") / "queue.sqlite3"
+QUEUE_VERSION = 1
 EVENTS_DIR = Path("daemon") / "events"
 TOKEN_FILE = "daemon.token"
 INFO_FILE = "daemon.json"
@@ -135,7 +144,8 @@ class JobQueue:
 
         Raises:
             QueueDamaged: the file is not a queue SQLite can read. ArchiveError: it cannot be
-                opened (permissions, locked, I/O error).
+                opened (permissions, locked, I/O error), or its version is newer than
+                ``QUEUE_VERSION``.
         """
         self.path = path
         self._lock = threading.Lock()
@@ -151,10 +161,17 @@ class JobQueue:
             if empty:  # a queue is never empty once made: it was cut short
                 raise QueueDamaged(f"the job queue {path} is damaged or not a queue: "
                                    "the file is empty")
+            (version,) = self._db.execute("PRAGMA user_version").fetchone()
+            if version > QUEUE_VERSION:
+                raise ArchiveError(f"the job queue {path} has version {version}; this Gliding "
+                                   f"reads queue versions up to {QUEUE_VERSION}",
+                                   hint="upgrade Gliding to run this data dir's daemon")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
             _check(self._db, path)
+            if version < QUEUE_VERSION:
+                self._db.execute(f"PRAGMA user_version = {QUEUE_VERSION}")
         except sqlite3.Error as exc:
             self._db.close()
             damaged = isinstance(exc, sqlite3.DatabaseError) and (
@@ -162,7 +179,7 @@ class JobQueue:
             raise (QueueDamaged if damaged else ArchiveError)(
                 f"the job queue {path} is damaged or not a queue: {exc}",
                 hint="move it away; the jobs' archives keep their data") from exc
-        except QueueDamaged:
+        except ArchiveError:  # QueueDamaged, or a newer version
             self._db.close()
             raise
 

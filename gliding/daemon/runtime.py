@@ -36,6 +36,7 @@ from gliding.bus.auth import (
 )
 from gliding.bus.inproc import InProcessBus
 from gliding.bus.port import Bus
+from gliding.config.roles import entry
 from gliding.config.settings import Settings
 from gliding.context.tokens import TokenCounter
 from gliding.errors import GlidingError
@@ -69,7 +70,8 @@ class Runtime:
         Raises:
             GlidingError: the token counter's encoding cannot be loaded.
         """
-        counter = TokenCounter(settings.context.tokenizer)
+        # the first counter of a process loads tiktoken's encoding: ~0.2 s of CPU
+        counter = await anyio.to_thread.run_sync(TokenCounter, settings.context.tokenizer)
         runtime = cls(settings, counter)
         board = await anyio.to_thread.run_sync(open_blackboard, settings)
         if board is not None:
@@ -91,8 +93,8 @@ class Runtime:
 
     def briefing(self, role: str, job: str, goal: str, *, board: str | None = None) -> str:
         """The role's L3 view of the job's blackboard graph (``board`` when the caller built it
-        already, through the coherence caches), and for PA what earlier jobs recorded about
-        the goal; "" when there is nothing (no board, nothing yet, or it failed).
+        already, through the coherence caches), and for a plan role (PA) what earlier jobs
+        recorded about the goal; "" when there is nothing (no board, nothing yet, or it failed).
         Blocking: call it on a worker thread."""
         budget = self.settings.memory.recall.briefing_tokens
         if self.projector is None or budget <= 0:
@@ -105,7 +107,7 @@ class Runtime:
                 parts.append(f"{BOARD_HEADING}\n{text}")
         except GlidingError as exc:
             log.warning("blackboard.projection.failed", job=job, role=role, error=exc.message)
-        if role == "PA" and self.knowledge is not None:
+        if entry(role).phase == "plan" and self.knowledge is not None:
             try:
                 earlier = self.knowledge.brief(goal, budget // 2, exclude_graphs=[graph])
             except GlidingError as exc:

@@ -46,10 +46,11 @@ from gliding.bus.auth import NAME_CHARS, digest, read_key_file
 from gliding.bus.messages import Assignment, Claim, GrantMsg, Heartbeat, WorkItem
 from gliding.bus.port import Bus
 from gliding.bus.replies import Replies
+from gliding.config.roles import role_list, role_names
 from gliding.config.settings import Settings
 from gliding.config.task import Task, task_from_record
 from gliding.core.clock import SystemClock
-from gliding.daemon import compose, parts
+from gliding.daemon import compose, models, parts
 from gliding.daemon.board import worker_views
 from gliding.daemon.jobs import leaves
 from gliding.daemon.runtime import Runtime, bus_key_path, open_bus
@@ -61,7 +62,6 @@ from gliding.memory.archive.store import Archive, archive_path
 
 log = structlog.get_logger("gliding.worker")
 
-ROLES = ("PA", "DA", "CA", "AA")
 ANSWER_TRIES = 6  # publishing an answer while the broker is away
 SHARE_GROUP = "gliding"
 
@@ -102,12 +102,12 @@ class WorkerService:
     """Serves ``roles`` for any job on ``bus``, at most ``concurrency`` assignments at once."""
 
     def __init__(self, settings: Settings, bus: Bus, runtime: Runtime, *,
-                 roles: Sequence[str] = ROLES, concurrency: int = 1,
+                 roles: Sequence[str] | None = None, concurrency: int = 1,
                  remote: bool = False, name: str | None = None) -> None:
         self.settings = settings
         self.bus = bus
         self.runtime = runtime
-        self.roles = tuple(dict.fromkeys(roles))
+        self.roles = tuple(dict.fromkeys(role_names() if roles is None else roles))
         self.concurrency = concurrency
         self.remote = remote
         self.name = name or worker_id()
@@ -202,7 +202,7 @@ class WorkerService:
                 self._scopes[item.key] = scope
                 try:
                     answer = await self._run(item)
-                except Exception as exc:  # a worker bug or a store it cannot reach: it fails
+                except Exception as exc:  # noqa: BLE001 - a worker bug or a store it cannot reach: it fails
                     answer = self._failed(item, exc)
             if scope.cancelled_caught or answer is None:
                 return  # revoked: the work went to another worker, or the job ended
@@ -251,7 +251,7 @@ class WorkerService:
 
     async def _llm(self, model: str) -> LLM:
         if model not in self._llms:  # a replies file or litellm's import: not on the loop
-            self._llms[model] = await anyio.to_thread.run_sync(compose.build_llm, model,
+            self._llms[model] = await anyio.to_thread.run_sync(models.build_llm, model,
                                                                self.settings)
         return self._llms[model]
 
@@ -285,8 +285,7 @@ class WorkerService:
                 agent = f"{_topic_safe(self.name)}.{secrets.token_hex(4)}"
                 board = await stack.enter_async_context(worker_views(
                     self.bus, job, agent, item.coherence_lease_s, settings, rt.counter.count))
-            await tools.open()
-            stack.push_async_callback(tools.aclose)
+            await stack.enter_async_context(tools)  # open now, closed when the agent ends
             yield JobAgents(job=job, workspace=task.workspace, llm=await self._llm(item.model),
                             roles=roles, tools=tools, checks=checks, archive=port,
                             budget=budget, bus=self.bus, clock=clock, settings=settings,
@@ -349,10 +348,10 @@ async def serve_worker(settings: Settings, *, roles: Sequence[str], concurrency:
     if settings.bus.url is None:
         raise UsageError("a worker needs a broker: give --broker mqtt://host:port (or bus.url)",
                          hint="start mosquitto, then `gliding worker --broker URL`")
-    unknown = [r for r in roles if r not in ROLES]
+    unknown = [r for r in roles if r not in role_names()]
     if unknown or not roles:
         raise UsageError(f"unknown role(s) {', '.join(unknown) or '(none given)'}",
-                         hint=f"--roles takes a comma-separated list of {', '.join(ROLES)}")
+                         hint=f"--roles takes a comma-separated list of {role_list()}")
     if not 1 <= concurrency <= 1024:
         raise UsageError(f"--concurrency must be 1 to 1024, got {concurrency}")
     name = worker_id(await anyio.to_thread.run_sync(enrolled_name, settings, enrolled))

@@ -230,7 +230,7 @@ def _usage(litellm: Any, response: Any, price: Price | None) -> Usage:
                                cache_read_tokens=cached, cache_write_tokens=written))
     try:
         cost = litellm.completion_cost(completion_response=response)
-    except Exception:  # litellm raises a bare Exception for a model its cost map lacks
+    except Exception:  # noqa: BLE001 - litellm raises a bare Exception for a model its cost map lacks
         cost = None
     if cost is None:
         return Usage(prompt, completion, cached, 0.0, unpriced_calls=1)
@@ -246,7 +246,7 @@ def litellm_price(model: str) -> Price | None:
         return None
     try:
         info = litellm.get_model_info(model)
-    except Exception:  # litellm raises a bare Exception for a model its map lacks
+    except Exception:  # noqa: BLE001 - litellm raises a bare Exception for a model its map lacks
         return None
     inp = per_million(info.get("input_cost_per_token"))
     out = per_million(info.get("output_cost_per_token"))

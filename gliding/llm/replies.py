@@ -14,11 +14,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from gliding.config.roles import role_list, role_names
 from gliding.config.yamlsource import LineMap, load_yaml_with_lines, read_yaml_text
 from gliding.core.messages import Message, ToolCall
 from gliding.errors import UsageError
 
-ROLES = ("PA", "DA", "CA", "AA")
 _HINT = "see docs/config.md, section 'Scripted replies'"
 
 
@@ -65,11 +65,12 @@ def replies_from_data(data: Any, source: str = "replies",
         RepliesFileError: a role or reply of the wrong shape.
     """
     lines = lines or {}
-    if not isinstance(data, dict) or not any(key in ROLES for key in data):
+    roles = role_names()
+    if not isinstance(data, dict) or not any(key in roles for key in data):
         # nothing of it is quoted: a daemon or MCP client may name any file the server can
         # read (scripted:/etc/shadow), and its first line must not come back in the error
         raise RepliesFileError(f"{source}:{lines.get((), 1)}: not a replies file: a replies "
-                               f"file maps roles ({', '.join(ROLES)}) to lists of replies",
+                               f"file maps roles ({role_list()}) to lists of replies",
                                hint=_HINT)
     ids = itertools.count(1)
     out: dict[str, list[Message]] = {}
@@ -77,8 +78,8 @@ def replies_from_data(data: Any, source: str = "replies",
         if role == "latency_s":
             continue
         at = f"{source}:{lines.get((role,), 1)}"
-        if role not in ROLES:
-            raise RepliesFileError(f"{at}: unknown role {role!r} (roles: {', '.join(ROLES)})",
+        if role not in roles:
+            raise RepliesFileError(f"{at}: unknown role {role!r} (roles: {role_list()})",
                                    hint=_HINT)
         if not isinstance(replies, list):
             raise RepliesFileError(f"{at}: {role}: expected a list of replies", hint=_HINT)

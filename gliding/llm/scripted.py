@@ -35,14 +35,13 @@ from gliding.core.messages import Completion, Message, Usage
 from gliding.errors import LLMError
 from gliding.llm.port import LLMRequest
 from gliding.llm.replies import (  # the file format; re-exported for callers of this module
-    ROLES,
     RepliesFileError,
     load_latency,
     load_replies,
     replies_from_data,
 )
 
-__all__ = ["ROLES", "FileScriptedLLM", "RepliesFileError", "load_latency", "load_replies",
+__all__ = ["FileScriptedLLM", "RepliesFileError", "load_latency", "load_replies",
            "replies_from_data"]
 
 

@@ -3,12 +3,15 @@
 Rules of ``pipeline: auto`` (documented in docs/pipeline.md):
 
 1. emergency — the goal mentions fixing something (fix, bug, crash, error, broken, failing):
-   DA → CA → AA; there is nothing to plan, the fault shows the way.
+   do → check → act (DA → CA → AA); there is nothing to plan, the fault shows the way.
 2. simple — the goal has at most ``scheduler.simple_goal_max_words`` words, is one sentence and
-   the task has no success checks: DA alone.
-3. exploratory — the goal lists independent parts (``independent_parts``): PA → DA×N in
-   parallel → CA → AA.
-4. standard — everything else: PA → DA → CA → AA.
+   the task has no success checks: the do role alone.
+3. exploratory — the goal lists independent parts (``independent_parts``): plan → do×N in
+   parallel → check → act.
+4. standard — everything else: plan → do → check → act (PA → DA → CA → AA).
+
+Pipelines are written as phases; each phase is played by its ``auto`` role of the role
+registry (``gliding.config.roles``).
 
 ``pipeline: exploratory`` in a task file asks for the exploratory pipeline whatever the goal.
 
@@ -22,10 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-STANDARD = ("PA", "DA", "CA", "AA")
-EMERGENCY = ("DA", "CA", "AA")
-SIMPLE = ("DA",)
-EXPLORATORY = STANDARD  # the same roles; the DA part runs per plan step (supervisor.py)
+from gliding.config.roles import Phase, auto_roles
+
+STANDARD: tuple[Phase, ...] = ("plan", "do", "check", "act")
+EMERGENCY: tuple[Phase, ...] = ("do", "check", "act")
+SIMPLE: tuple[Phase, ...] = ("do",)
+EXPLORATORY = STANDARD  # the same phases; the do part runs per plan step (supervisor.py)
 MAX_PARTS = 12  # more listed parts than this: not read as independent parts
 _EMERGENCY_WORDS = re.compile(r"\b(fix|fixes|bug|bugs|crash|crashes|error|errors|broken|failing)\b",
                               re.IGNORECASE)
@@ -44,19 +49,22 @@ def choose_pipeline(
     if not isinstance(pipeline, str):
         return PipelineChoice(tuple(pipeline), "explicit", "pipeline given in the task file")
     if pipeline == "exploratory":
-        return PipelineChoice(EXPLORATORY, "exploratory", "pipeline: exploratory in the task file")
+        return PipelineChoice(auto_roles(EXPLORATORY), "exploratory",
+                              "pipeline: exploratory in the task file")
     if _EMERGENCY_WORDS.search(goal):
-        return PipelineChoice(EMERGENCY, "emergency", "goal asks to fix something")
+        return PipelineChoice(auto_roles(EMERGENCY), "emergency", "goal asks to fix something")
     words = len(goal.split())
     sentences = len([s for s in re.split(r"[.!?]\s", goal.strip()) if s])
     if not has_checks and words <= simple_max_words and sentences <= 1:
-        return PipelineChoice(SIMPLE, "simple", f"one short sentence ({words} words), no checks")
+        return PipelineChoice(auto_roles(SIMPLE), "simple",
+                              f"one short sentence ({words} words), no checks")
     parts = independent_parts(goal)
     if parts:
         files = "; ".join(", ".join(p) for p in parts)
-        return PipelineChoice(EXPLORATORY, "exploratory",
+        return PipelineChoice(auto_roles(EXPLORATORY), "exploratory",
                               f"the goal lists {len(parts)} independent parts ({files})")
-    return PipelineChoice(STANDARD, "standard", "default for goals that need a plan or checks")
+    return PipelineChoice(auto_roles(STANDARD), "standard",
+                          "default for goals that need a plan or checks")
 
 
 # ---- independent parts ---------------------------------------------------------------------

@@ -25,6 +25,7 @@ import structlog
 from gliding.bus import topics
 from gliding.bus.messages import Assignment, BusMessage, CheckReportMsg, JobEvent
 from gliding.bus.port import Bus, Subscription
+from gliding.core import events
 from gliding.errors import ProviderUnavailable
 from gliding.scheduler import supervisor
 from gliding.scheduler.supervisor import (
@@ -103,8 +104,7 @@ class JobRunner:
         log.info("job.resumed", job=state.job, cycle=state.cycle,
                  waiting=[type(c).__name__ for c in again])
         if state.outcome is not None:  # killed after its last transition: say it finished
-            await self._carry_out(state, Emit(event="job.finished",
-                                              data={"outcome": state.outcome}))
+            await self._carry_out(state, Emit.of(events.JobFinished(outcome=state.outcome)))
             return state
         return await self.run(state, [*again])
 

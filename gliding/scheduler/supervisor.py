@@ -19,7 +19,10 @@ and ``Finished`` (the outcome is known; nothing follows).
     start ─► [PA] ─► DA ─► [CA] ──fail, corrections left──► DA (correction) ─► [CA] ...
                               └─pass / no corrections left─► [AA] ─another_cycle, cycles left─► PA
                                                                 └─done / escalate─► [Verify] ─► end
-An answer whose agent ran out of budget or failed ends the job the same way (Verify if no
+The boxes are phases: each is played by the pipeline's role of that phase in the role registry
+(``gliding.config.roles``; PA, DA, CA and AA ship), and a role's phase fixes the answer type
+the supervisor accepts from it. An answer whose agent ran out of budget or failed ends the job
+the same way (Verify if no
 check ran yet, then Finished); so does TimeUp.
 
 The exploratory pipeline (``pipeline_kind`` "exploratory") does the DA part per plan step:
@@ -53,13 +56,20 @@ from gliding.bus.messages import (
     TurnLine,
     UsageWire,
 )
+from gliding.config.roles import Phase, entry, pick
+from gliding.core import events
 from gliding.core.text import error_line
 from gliding.scheduler import policy
 
 RUNNER = "runner"  # the role name of the runner's own check report (answering Verify)
 EXPLORATORY = "exploratory"  # the pipeline kind whose DA part runs per plan step
-_ANSWER_OF = {"PA": PlanMsg, "DA": ArtifactMsg, "CA": CheckReportMsg, "AA": DecisionMsg,
-              RUNNER: CheckReportMsg}
+_ANSWER_OF_PHASE: dict[Phase, type[AnswerMsg]] = {
+    "plan": PlanMsg, "do": ArtifactMsg, "check": CheckReportMsg, "act": DecisionMsg}
+
+
+def _answer_of(role: str) -> type[AnswerMsg]:
+    """The answer type ``role`` replies with (its phase's; the runner's is a check report)."""
+    return CheckReportMsg if role == RUNNER else _ANSWER_OF_PHASE[entry(role).phase]
 
 
 class _Value(BaseModel):
@@ -75,9 +85,15 @@ class Verify(_Value):
 
 
 class Emit(_Value):
+    """Publish a job event (one of ``gliding.core.events``)."""
+
     kind: Literal["emit"] = "emit"
     event: str
     data: dict[str, object] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, event: events.Event) -> Emit:
+        return cls(event=event.name, data=events.event_data(event))
 
 
 class Ignored(_Value):
@@ -177,8 +193,8 @@ def start(job: str, goal: str, choice: policy.PipelineChoice, checks: Sequence[s
                             pipeline_reason=choice.reason, checks=tuple(checks),
                             max_corrections=max_corrections, max_cycles=max_cycles, cycle=1,
                             max_parallel=max(1, max_parallel))
-    event = Emit(event="job.started", data={"pipeline": list(choice.roles), "kind": choice.kind,
-                                            "reason": choice.reason, "goal": goal})
+    event = Emit.of(events.JobStarted(pipeline=list(choice.roles), kind=choice.kind,
+                                      reason=choice.reason, goal=goal))
     state, commands = _begin_cycle(state)
     return state, [event, *commands]
 
@@ -216,8 +232,7 @@ def step(state: SupervisorState, message: Input) -> tuple[SupervisorState, list[
         state = state.model_copy(update={"plan": tuple(message.texts) or (state.goal,)})
         if state.pipeline_kind == EXPLORATORY:
             state = state.model_copy(update={"plan_steps": tuple(message.steps)})
-        notes = [Emit(event="plan.notes", data={"cycle": state.cycle,
-                                                "notes": list(message.notes)})
+        notes = [Emit.of(events.PlanNotes(cycle=state.cycle, notes=list(message.notes)))
                  ] if message.notes else []
         state, commands = _after_plan(state)
         return state, [*notes, *commands]
@@ -248,7 +263,7 @@ def _mismatch(state: SupervisorState, m: AnswerMsg) -> str:
         for a in state.running:
             if (m.job, m.role, m.cycle, m.attempt, m.step) == (
                     state.job, a.role, a.cycle, a.attempt, a.step):
-                cls = _ANSWER_OF[a.role]
+                cls = _answer_of(a.role)
                 return "" if isinstance(m, cls) else f"{key}: {a.role} answers with {cls.__name__}"
         if m.step in state.done_steps and (m.job, m.cycle) == (state.job, state.cycle):
             return f"{key}: step {m.step} is done already"
@@ -262,8 +277,8 @@ def _mismatch(state: SupervisorState, m: AnswerMsg) -> str:
     if (m.job, m.role, m.cycle, m.attempt, m.step) != (state.job, role, want.cycle,
                                                        want.attempt, step):
         return f"{key}: awaiting {role} cycle {want.cycle} attempt {want.attempt}"
-    if not isinstance(m, _ANSWER_OF[role]):
-        return f"{key}: {role} answers with {_ANSWER_OF[role].__name__}"
+    if not isinstance(m, _answer_of(role)):
+        return f"{key}: {role} answers with {_answer_of(role).__name__}"
     return ""
 
 
@@ -312,19 +327,21 @@ def _ask(state: SupervisorState, role: str, text: str,
 
 
 def _begin_cycle(state: SupervisorState) -> tuple[SupervisorState, list[Command]]:
-    if "PA" in state.roles:
-        return _ask(state, "PA", _pa_text(state))
+    plan = pick(state.roles, "plan")
+    if plan is not None:
+        return _ask(state, plan, _pa_text(state))
     return _after_plan(state)
 
 
 def _after_plan(state: SupervisorState) -> tuple[SupervisorState, list[Command]]:
-    if "DA" in state.roles and state.pipeline_kind == EXPLORATORY:
+    do = pick(state.roles, "do")
+    if do is not None and state.pipeline_kind == EXPLORATORY:
         steps = state.plan_steps or tuple(PlanStep(id=str(i), text=t) for i, t in
                                           enumerate(state.plan or (state.goal,), 1))
         return _fan_out(state.model_copy(update={"plan_steps": steps, "done_steps": {},
                                                  "running": ()}))
-    if "DA" in state.roles:
-        return _ask(state, "DA", _da_text(state, ""))
+    if do is not None:
+        return _ask(state, do, _da_text(state, ""))
     return _after_do(state)
 
 
@@ -340,15 +357,18 @@ def _fan_out(state: SupervisorState) -> tuple[SupervisorState, list[Command]]:
     if not ready and not state.running:  # only a plan that is not a DAG: never stall on it
         ready = [s for s in steps if s.id not in done][:1]
     room = max(1, state.max_parallel) - len(state.running)
-    new = [Assignment(job=state.job, role="DA", cycle=state.cycle, attempt=state.attempt,
+    do = pick(state.roles, "do")
+    assert do is not None  # only a pipeline with a do role fans out
+    new = [Assignment(job=state.job, role=do, cycle=state.cycle, attempt=state.attempt,
                       goal=state.goal, instructions=_step_text(state, s), step=s.id)
            for s in ready[:max(0, room)]]
     return state.model_copy(update={"running": (*state.running, *new)}), list(new)
 
 
 def _after_do(state: SupervisorState) -> tuple[SupervisorState, list[Command]]:
-    if "CA" in state.roles:
-        return _ask(state, "CA", _ca_text(state))
+    check = pick(state.roles, "check")
+    if check is not None:
+        return _ask(state, check, _ca_text(state))
     return _after_checks(state)
 
 
@@ -356,23 +376,26 @@ def _after_report(state: SupervisorState,
                   m: CheckReportMsg) -> tuple[SupervisorState, list[Command]]:
     state = state.model_copy(update={"results": tuple(m.results), "verified_by": m.verified_by})
     nxt = policy.after_check(m.passed, state.attempt, state.max_corrections)
-    if nxt == "correct" and "DA" not in state.roles:
+    do = pick(state.roles, "do")
+    if nxt == "correct" and do is None:
         nxt = "give_up"
-    event = Emit(event="check.report", data={
-        "passed": m.passed, "next": nxt, "cycle": state.cycle, "attempt": state.attempt,
-        "failed": [f"{r.check}: {r.evidence}" for r in m.results if not r.passed]})
+    event = Emit.of(events.CheckReport(
+        passed=m.passed, next=nxt, cycle=state.cycle, attempt=state.attempt,
+        failed=[f"{r.check}: {r.evidence}" for r in m.results if not r.passed]))
     if nxt != "correct":
         state, commands = _after_checks(state)
         return state, [event, *commands]
     state = state.model_copy(update={"attempt": state.attempt + 1,
                                      "corrections": state.corrections + 1})
-    state, commands = _ask(state, "DA", _da_text(state, correction_text(state.results)))
+    assert do is not None  # "correct" needs a do role
+    state, commands = _ask(state, do, _da_text(state, correction_text(state.results)))
     return state, [event, *commands]
 
 
 def _after_checks(state: SupervisorState) -> tuple[SupervisorState, list[Command]]:
-    if "AA" in state.roles:
-        return _ask(state, "AA", _aa_text(state), policy.decision_options(state.passed))
+    act = pick(state.roles, "act")
+    if act is not None:
+        return _ask(state, act, _aa_text(state), policy.decision_options(state.passed))
     return _finish(state)
 
 
@@ -400,7 +423,7 @@ def _finish(state: SupervisorState) -> tuple[SupervisorState, list[Command]]:
     out = policy.outcome(state.passed, state.decision, state.stopped)
     state = state.model_copy(update={"outcome": out, "waiting": None, "verifying": None,
                                      "running": ()})
-    return state, [Emit(event="job.finished", data={"outcome": out}), Finished(outcome=out)]
+    return state, [Emit.of(events.JobFinished(outcome=out)), Finished(outcome=out)]
 
 
 # ---- what each role is handed --------------------------------------------------------------

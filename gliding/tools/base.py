@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import anyio
 
@@ -263,7 +263,7 @@ class Toolset:
             if time.monotonic() >= deadline:  # work in a thread that stopped at the deadline
                 return _timed_out(tool, deadline - now, own <= wall)
             return _failed(tool, exc)  # a timeout of the tool's own (a socket's, say)
-        except Exception as exc:  # the loop must survive any tool bug; the model sees it
+        except Exception as exc:  # noqa: BLE001 - the loop must survive any tool bug; the model sees it
             return _failed(tool, exc)
 
     def get(self, name: str) -> Tool | None:
@@ -283,6 +283,13 @@ class ToolGroup:
 
     async def aclose(self) -> None:
         """Release it; closing twice is harmless. Raises nothing."""
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"ToolGroup({self.name!r}, {[t.name for t in self.tools]})"
@@ -327,6 +334,15 @@ class ToolGroupManager:
     async def aclose(self) -> None:
         for group in reversed(list(self._groups.values())):
             await group.aclose()
+
+    async def __aenter__(self) -> Self:
+        """``async with manager:`` opens every group and closes them all when the block ends,
+        however it ends (a group whose ``open`` fails leaves none open)."""
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def toolset(self, group_names: Sequence[str], extra_tools: Sequence[Tool] = ()) -> Toolset:
         """The tools of ``group_names`` plus ``extra_tools``, in order, each name once; groups

@@ -125,7 +125,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         self.resolve = resolve
         self.inner = inner or httpcore.AnyIOBackend()
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,  # noqa: ASYNC109
                           local_address: str | None = None,
                           socket_options: Iterable[Any] | None = None
                           ) -> httpcore.AsyncNetworkStream:

@@ -45,7 +45,8 @@ import structlog
 
 from gliding.config.settings import ToolSettings
 from gliding.errors import SandboxError
-from gliding.tools.toolchain import SYSTEM_DIRS, Toolchain
+from gliding.tools.toolchain import Toolchain
+from gliding.tools.toolchain_plan import SYSTEM_DIRS
 
 log = structlog.get_logger(__name__)
 ETC_KEPT = (

@@ -44,7 +44,7 @@ from gliding.tools.sandbox import (
     make_pids_cgroup,
     remove_cgroup,
 )
-from gliding.tools.toolchain import DEFAULT_PATH
+from gliding.tools.toolchain_plan import DEFAULT_PATH
 from gliding.tools.workspace import workspace_root
 
 TAIL_BYTES = 2048  # the last bytes of output kept for check evidence
@@ -167,7 +167,7 @@ async def run_command(
         ToolError: the workspace is missing, the sandbox cannot run, or bash cannot be started.
     """
     cwd = workspace_root(workspace)
-    if not os.path.isdir(cwd):
+    if not await anyio.to_thread.run_sync(os.path.isdir, cwd):
         raise ToolError(f"workspace {cwd} does not exist")
     box = sandbox if sandbox is not None else Sandbox.of(settings)
     if box.confined and (problem := await anyio.to_thread.run_sync(bwrap_problem,
@@ -206,7 +206,7 @@ async def run_command(
                 await anyio.to_thread.run_sync(remove_cgroup, cgroup)
 
 
-async def _wait(proc: Process, settings: ToolSettings, timeout: float,
+async def _wait(proc: Process, settings: ToolSettings, timeout: float,  # noqa: ASYNC109
                 flood_limit: int) -> CommandResult:
     """Read the output of ``proc`` while it runs; kill its group when it ends, times out or
     floods."""

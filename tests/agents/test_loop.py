@@ -12,8 +12,9 @@ import anyio.lowlevel
 import pytest
 
 from gliding.agents.loop import TERMINAL, TRANSITIONS, AgentEnv, State, run_agent, transition
-from gliding.agents.roles import ROLES, load_role, load_roles
+from gliding.agents.roles import load_role, load_roles
 from gliding.bus.inproc import InProcessBus
+from gliding.config.roles import home_dir, role_names
 from gliding.config.settings import PrefetchSettings, Settings
 from gliding.context.engine import ContextEngine
 from gliding.context.tokens import TokenCounter
@@ -52,7 +53,7 @@ def test_an_event_the_table_does_not_allow_is_an_error() -> None:
 
 def test_roles_load_with_constitution_rules_numbered() -> None:
     roles = load_roles()
-    assert set(roles) == set(ROLES)
+    assert tuple(roles) == role_names() == ("PA", "DA", "CA", "AA")
     prompt = roles["CA"].system_prompt()
     assert "U1. " in prompt and "CA1. " in prompt
     assert roles["CA"].finish_requires == ("run_checks",)
@@ -153,7 +154,7 @@ def test_finish_called_before_it_is_offered_is_refused(tmp_path: Path) -> None:
 
 def test_an_unknown_tool_group_in_a_role_file_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "roles").mkdir()
-    text = (Path(__file__).resolve().parents[2] / "roles" / "CA.yaml").read_text()
+    text = (home_dir() / "roles" / "CA.yaml").read_text()
     (tmp_path / "roles" / "CA.yaml").write_text(text.replace("[check,", "[chekc,"))
     with pytest.raises(ConfigError, match=r"CA.yaml: tool_groups: unknown tool group 'chekc'"):
         load_role("CA", tmp_path)

@@ -9,7 +9,6 @@ and reconnecting after the broker restarts on the same port.
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import AsyncIterator, Callable
 
 import aiomqtt
@@ -18,7 +17,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from gliding.bus.messages import JobEvent
-from gliding.bus.mqtt import MQTTBus, parse_url
+from gliding.bus.mqtt import MQTTBus
+from gliding.bus.mqtt_link import parse_url
 from gliding.bus.port import Bus, Delivery
 from gliding.config.settings import BusSettings
 from gliding.errors import BusError
@@ -57,12 +57,12 @@ def number(delivery: Delivery) -> int:
 
 async def test_no_broker_is_a_bus_error_naming_the_url_within_the_timeout() -> None:
     url = f"mqtt://127.0.0.1:{free_port()}"
-    started = time.monotonic()
     with pytest.raises(BusError, match="mosquitto") as caught:
         async with MQTTBus(url, connect_timeout_s=2.0):
             pass
     assert url in str(caught.value)
-    assert time.monotonic() - started < 2.0
+    # the refusal itself is the error, not a connect timeout that waited it out
+    assert "refused" in str(caught.value) and "no answer within" not in str(caught.value)
 
 
 async def test_a_broker_that_never_answers_times_out_with_a_bus_error() -> None:
@@ -70,12 +70,12 @@ async def test_a_broker_that_never_answers_times_out_with_a_bus_error() -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         url = f"mqtt://127.0.0.1:{silent.getsockname()[1]}"
-        started = time.monotonic()
-        with pytest.raises(BusError, match="cannot connect") as caught:
-            async with MQTTBus(url, connect_timeout_s=0.3):
-                pass
+        with anyio.fail_after(TIMEOUT_S):  # hang protection only: far above the 0.3 s bound
+            with pytest.raises(BusError, match="cannot connect") as caught:
+                async with MQTTBus(url, connect_timeout_s=0.3):
+                    pass
         assert url in str(caught.value)
-        assert time.monotonic() - started < 0.3 + 1.0
+        assert "no answer within 0.3s" in str(caught.value)  # the connect timeout ended it
 
 
 @pytest.mark.parametrize(
@@ -270,10 +270,12 @@ async def test_publish_while_the_broker_is_down_fails_after_the_timeout(
         async with MQTTBus(own_broker.url, connect_timeout_s=0.3, reconnect_max_s=0.1) as bus:
             await anyio.to_thread.run_sync(own_broker.stop)
             await wait_until(lambda: not bus.connected)
-            started = time.monotonic()
-            with pytest.raises(BusError, match="unreachable") as caught:
+            started = anyio.current_time()
+            with pytest.raises(BusError, match="unreachable for 0.3s") as caught:
                 await bus.publish("gliding/x", tick(1))
-            assert 0.25 < time.monotonic() - started < 0.3 + 1.0
+            # it waited out connect_timeout_s for the broker (a deadline on the loop's clock, so
+            # load cannot break this lower bound; the upper one is the fail_after above)
+            assert anyio.current_time() - started >= 0.3
             assert own_broker.url in str(caught.value)
             with pytest.raises(BusError, match="unreachable"):
                 async with bus.subscribe("gliding/#"):
@@ -297,8 +299,8 @@ async def test_publish_while_the_broker_is_down_fails_after_the_timeout(
 async def test_reconnects_counts_the_connections_made_again(own_broker: Mosquitto) -> None:
     async with MQTTBus(own_broker.url, reconnect_max_s=0.2) as bus:
         assert bus.reconnects == 0
-        own_broker.stop()
-        own_broker.start()
+        await anyio.to_thread.run_sync(own_broker.stop)
+        await anyio.to_thread.run_sync(own_broker.start)
         with anyio.fail_after(10):
             while bus.reconnects == 0:
                 await anyio.sleep(0.05)

@@ -9,7 +9,7 @@ with the code. Both give a ``CLIResult`` and see an environment without ``GLIDIN
 (so the developer's own settings cannot leak in) plus whatever the test adds.
 
 An in-process run changes process-wide state, and ``invoke`` puts all of it back afterwards:
-``os.environ``, the cwd, the app's ``--config`` (``gliding.cli.app._state``), structlog's
+``os.environ``, the cwd, the app's ``--config`` (``gliding.cli.common.state``), structlog's
 configuration (each command configures logging to the runner's stderr), the handlers of the
 standard ``logging`` root logger (``log_format: json`` adds one) and the contextvars bound to
 log lines. Loggers are not cached on first use during the run, so no module-level
@@ -94,8 +94,8 @@ def invoke(args: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = No
 
 @contextlib.contextmanager
 def _isolated(cwd: Path, env: Mapping[str, str]) -> Iterator[None]:
-    import gliding.cli.logs as logs
-    from gliding.cli.app import _state
+    import gliding.core.logs as logs
+    from gliding.cli.common import state as _state
 
     saved_env, saved_cwd = dict(os.environ), Path.cwd()
     saved_state = dict(_state)

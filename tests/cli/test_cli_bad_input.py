@@ -22,14 +22,13 @@ from structlog.testing import capture_logs
 
 from gliding.bus import topics
 from gliding.bus.messages import JobEvent
-from gliding.cli import render
-from gliding.cli.logs import configure_logging
-from gliding.cli.render import event_line, progress_line, report_dict, report_text
 from gliding.config.loader import load_settings
 from gliding.config.task import load_task
+from gliding.core.logs import configure_logging
 from gliding.core.messages import Completion
-from gliding.daemon import compose
+from gliding.daemon import compose, render
 from gliding.daemon.compose import run_job
+from gliding.daemon.render import event_line, progress_line, report_dict, report_text
 from gliding.errors import LLMError
 from gliding.llm.port import LLMRequest
 from gliding.testing import ScriptedLLM, call
@@ -127,7 +126,7 @@ def test_forged_progress_events_do_not_stop_the_job(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI's progress callback (``gliding run``) gets the forged events and the job goes
     on to its outcome."""
-    from gliding.cli.app import _progress
+    from gliding.cli.common import progress as _progress
 
     buses: list[Any] = []
     opened = compose.open_bus

@@ -12,11 +12,11 @@ import anyio
 import pytest
 
 from gliding.bus.messages import JobEvent
-from gliding.cli.render import progress_line, report_dict, report_text, status_text
 from gliding.config.loader import load_settings
 from gliding.config.task import load_task
 from gliding.daemon.compose import JobHandle, run_job
-from gliding.daemon.service import archived_status
+from gliding.daemon.reading import archived_status
+from gliding.daemon.render import progress_line, report_dict, report_text, status_text
 from gliding.testing import ScriptedLLM, call
 
 TASK = """\

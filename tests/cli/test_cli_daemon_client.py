@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gliding.cli.client import _sse
-from gliding.cli.render import event_line, queue_line, status_text
 from gliding.daemon.jobs import DaemonLock
+from gliding.daemon.render import event_line, queue_line, status_text
 from tests.cli.cli_support import invoke
 
 JOB = "20260101-000000-aaaaaa"

@@ -1,7 +1,7 @@
 """``gliding`` on bad input: one ``error:`` line (plus hint), the right exit code, no
 traceback, and nothing written: no data dir, no workspace, no archive.
 
-Exit codes (gliding/cli/app.py): 2 for a bad task file, config or IRI; 3 for a job or item the
+Exit codes (gliding/cli/common.py): 2 for a bad task file, config or IRI; 3 for a job or item the
 archive does not hold. Most cases run the app in process (``invoke``); the ``console_script``
 tests run the installed script, so that exit codes 2 and 3, a click usage error and ``--help``
 are proven for a real process too.

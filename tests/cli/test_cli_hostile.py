@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gliding.bus.messages import JobEvent
-from gliding.cli.logs import configure_logging, terminal_safe
-from gliding.cli.render import json_text, progress_line
+from gliding.core.logs import configure_logging, terminal_safe
+from gliding.daemon.render import json_text, progress_line
 from tests.cli.cli_support import CLIResult, invoke, tree
 
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but \t and \n

@@ -11,7 +11,7 @@ from pathlib import Path
 import structlog
 from structlog.testing import capture_logs
 
-from gliding.cli.app import _state
+from gliding.cli.common import state as _state
 from tests.cli.cli_support import invoke
 
 FAILING_TASK = "goal: Say hi\nmodel: local:/nonexistent/gliding-test-model.gguf\n"

@@ -12,10 +12,10 @@ import anyio
 import pytest
 
 from gliding.bus.messages import JobEvent
-from gliding.cli.render import progress_line, report_dict, report_text
 from gliding.config.loader import load_settings
 from gliding.config.task import load_task
 from gliding.daemon.compose import JobHandle, run_job
+from gliding.daemon.render import progress_line, report_dict, report_text
 from gliding.memory.archive.store import Archive
 from gliding.testing import ScriptedLLM, call
 from tests.cli.cli_support import invoke, run_cli

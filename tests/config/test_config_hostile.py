@@ -4,13 +4,14 @@ with a message that stays short whatever the file holds, naming the limit it bro
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from gliding.config.loader import load_settings
-from gliding.config.task import MAX_TURNS, load_task, workspace_refusal
+from gliding.config.task import load_task
+from gliding.config.task_schema import MAX_TURNS
+from gliding.config.workspace_rule import workspace_refusal
 from gliding.config.yamlsource import (
     MAX_PROBLEMS,
     MAX_YAML_NODES,
@@ -51,12 +52,10 @@ def test_an_alias_bomb_in_a_task_file_is_refused_before_it_expands(tmp_path: Pat
     assert len(bomb) < 1024
     path = write(tmp_path / "task.yaml", f"goal: x\n{bomb}checks: *a6\n")
 
-    started = time.monotonic()
-    with pytest.raises(TaskFileError) as exc:
+    with pytest.raises(TaskFileError) as exc:  # expanded, it would exhaust memory or time
         load_task(path)
 
     refused(exc, "task.yaml:7:", f"expands to more than {MAX_YAML_NODES} values")
-    assert time.monotonic() - started < 5
 
 
 def test_an_alias_bomb_in_a_config_file_is_refused(tmp_path: Path) -> None:

@@ -9,8 +9,10 @@ import pytest
 
 from gliding.agents.roles import load_roles
 from gliding.config.loader import env_var_name, load_settings, settings_keys
+from gliding.config.roles import role_names
 from gliding.config.settings import Settings
-from gliding.config.task import AGENT_ROLES, CHECK_KINDS, load_task
+from gliding.config.task import load_task
+from gliding.config.task_schema import CHECK_KINDS
 from gliding.config.yamlsource import format_key_path, load_yaml_with_lines
 from gliding.core.checks import CommandSucceeds, FileContains, FileExists
 from gliding.errors import ConfigError
@@ -58,7 +60,7 @@ def test_docs_name_every_key_and_its_env_var(keys: tuple[str, ...]) -> None:
 
 def test_docs_describe_the_task_format() -> None:
     docs = DOCS.read_text(encoding="utf-8")
-    for name in (*CHECK_KINDS, *AGENT_ROLES, "budgets.turns", "budgets.cost_usd", "pipeline"):
+    for name in (*CHECK_KINDS, *role_names(), "budgets.turns", "budgets.cost_usd", "pipeline"):
         assert name in docs
     for role, spec in load_roles().items():  # the role files' caps apply unless a task says
         assert f"{role} {spec.max_turns}" in docs
@@ -80,7 +82,7 @@ def test_the_task_example_in_the_docs_is_valid(tmp_path: Path) -> None:
         FileContains("hello.txt", "Hello, World!"),
         CommandSucceeds("test -s hello.txt"),
     )
-    assert task.turns == dict.fromkeys(AGENT_ROLES, 6)
+    assert task.turns == dict.fromkeys(role_names(), 6)
 
 
 def test_every_yaml_snippet_in_the_docs_parses() -> None:

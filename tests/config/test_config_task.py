@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gliding.config.task import CheckSpec, Task, load_task
+from gliding.config.task import Task, load_task
+from gliding.config.task_schema import CheckSpec
 from gliding.core.checks import CommandSucceeds, FileContains, FileExists
 from gliding.errors import TaskFileError
 from tests.config.malformed_cases import MALFORMED_TASKS

@@ -12,7 +12,8 @@ import pytest
 
 from gliding.config.loader import load_settings
 from gliding.config.settings import Settings
-from gliding.config.task import home_dot_dir, load_task, workspace_refusal
+from gliding.config.task import load_task
+from gliding.config.workspace_rule import home_dot_dir, workspace_refusal
 from gliding.daemon.compose import refuse_workspace
 from gliding.errors import TaskFileError
 

@@ -33,7 +33,8 @@ Test = Callable[[httpx.AsyncClient, Path], Awaitable[None]]
 @asynccontextmanager
 async def api(tmp: Path) -> AsyncIterator[httpx.AsyncClient]:
     async with serving(tmp) as service:
-        transport = httpx.ASGITransport(app=build_app(service, TOKEN))
+        app = await anyio.to_thread.run_sync(build_app, service, TOKEN)  # CPU, off the loop
+        transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             yield client
 

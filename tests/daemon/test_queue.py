@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from gliding.daemon import queue as q
 from gliding.daemon.jobs import DaemonBusy, DaemonLock
 from gliding.daemon.queue import JobQueue, JobStateError
+from gliding.daemon.reconcile import open_queue
 from gliding.errors import ArchiveError, NotFoundError
 
 
@@ -100,6 +102,47 @@ def test_a_file_that_is_no_queue_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "daemon" / "queue.sqlite3").write_bytes(b"not a database" * 100)
     with pytest.raises(ArchiveError, match="damaged or not a queue"):
         JobQueue.open(tmp_path)
+
+
+def user_version(path: Path, set_to: int | None = None) -> int:
+    db = sqlite3.connect(path)
+    try:
+        if set_to is not None:
+            db.execute(f"PRAGMA user_version = {set_to}")
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_a_queue_from_before_versions_is_read_as_it_is_and_stamped(tmp_path: Path) -> None:
+    queue = JobQueue.open(tmp_path)
+    add(queue, "20260101-000000-aaaaaa")
+    queue.close()
+    path = tmp_path / q.QUEUE_FILE
+    assert user_version(path, set_to=0) == 0  # as every queue was before the version was kept
+
+    queue = JobQueue.open(tmp_path)
+    assert [e.job for e in queue.pending()] == ["20260101-000000-aaaaaa"]
+    queue.close()
+    assert user_version(path) == q.QUEUE_VERSION
+
+
+def test_a_queue_of_a_newer_version_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    queue = JobQueue.open(tmp_path)
+    add(queue, "20260101-000000-aaaaaa")
+    queue.close()
+    path = tmp_path / q.QUEUE_FILE
+    newer = q.QUEUE_VERSION + 1
+    user_version(path, set_to=newer)
+
+    for opening in (lambda: JobQueue.open(tmp_path), lambda: open_queue(tmp_path, 1.0)):
+        with pytest.raises(ArchiveError) as refused:
+            opening()
+        assert not isinstance(refused.value, q.QueueDamaged)  # so it is not rebuilt
+        assert (f"the job queue {path} has version {newer}; this Gliding reads queue versions "
+                f"up to {q.QUEUE_VERSION}") in str(refused.value)
+    assert user_version(path) == newer
+    assert sorted(p.name for p in path.parent.iterdir()) == ["queue.sqlite3"]
 
 
 def test_the_token_is_made_once_private_and_kept(tmp_path: Path) -> None:

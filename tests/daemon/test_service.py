@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gliding.daemon import service as service_module
+from gliding.daemon import events as events_module
 from gliding.daemon.queue import JobStateError
 from gliding.errors import ArchiveError, NotFoundError, TaskFileError, UsageError
 from gliding.memory.archive.store import Archive, archive_path
@@ -222,7 +222,7 @@ def test_past_events_are_replayed_from_any_point(tmp_path: Path) -> None:
 
 def test_a_slow_subscriber_is_dropped_and_the_job_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "SUBSCRIBER_BUFFER", 2)
+    monkeypatch.setattr(events_module, "SUBSCRIBER_BUFFER", 2)
     model = write_replies(tmp_path, "r.yaml", replies(steps=3))
 
     async def main() -> None:
@@ -232,7 +232,7 @@ def test_a_slow_subscriber_is_dropped_and_the_job_goes_on(
             got = [await stream.__anext__()]  # then it stops reading
             await wait_for(service, job, "finished")  # the job did not wait for it
             got += [e async for e in stream]
-            assert got[-1]["event"] == service_module.DROPPED
+            assert got[-1]["event"] == events_module.DROPPED
             assert got[-1]["after"] == got[-2]["seq"]
             rest = [e async for e in service.events(job, after=got[-1]["after"])]
             assert rest[-1]["event"] == "job.finished"

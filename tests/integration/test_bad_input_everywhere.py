@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,14 +24,15 @@ from gliding.config.task import load_task
 from gliding.daemon.api import build_app
 from gliding.errors import TaskFileError, UsageError
 from gliding.llm.scripted import FileScriptedLLM
-from gliding.mcp.server import Service, build_server
+from gliding.mcp.server import build_server
+from gliding.mcp.service import Service
 from tests.cli.cli_support import CLIResult, invoke
 from tests.daemon.daemon_support import replies, serving, write_replies
 
 pytestmark = pytest.mark.timeout(300)
 TOKEN = "t0ken"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-FAST_S = 5.0  # a refusal, even on a loaded machine
+HANG_S = 20.0  # hang protection only (a refusal takes milliseconds): no speed is tested
 SECRET = "S3CRET-hash-9f8e7d"
 # files a caller may name but must not read through an error message
 SECRET_FILES = {
@@ -48,7 +48,8 @@ SECRET_FILES = {
 @asynccontextmanager
 async def daemon_api(tmp: Path) -> AsyncIterator[httpx.AsyncClient]:
     async with serving(tmp) as service:
-        transport = httpx.ASGITransport(app=build_app(service, TOKEN))
+        app = await anyio.to_thread.run_sync(build_app, service, TOKEN)  # CPU, off the loop
+        transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
             yield c
 
@@ -63,15 +64,14 @@ async def mcp_client(tmp: Path) -> AsyncIterator[Client]:
 
 
 async def submit(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
-    started = time.monotonic()
-    answer = await client.post("/v1/jobs", headers=AUTH, json=body)
-    assert time.monotonic() - started < FAST_S
+    with anyio.fail_after(HANG_S):
+        answer = await client.post("/v1/jobs", headers=AUTH, json=body)
     assert answer.status_code == 400, (body, answer.text)
     return dict(answer.json()["error"])
 
 
 async def tool_error(client: Client, tool: str, args: dict[str, Any]) -> str:
-    with anyio.fail_after(FAST_S * 4):
+    with anyio.fail_after(HANG_S):
         result = await client.call_tool(tool, args)
     assert result.is_error, (tool, args, result)
     text = result.content[0].text  # type: ignore[union-attr]
@@ -80,10 +80,7 @@ async def tool_error(client: Client, tool: str, args: dict[str, Any]) -> str:
 
 
 def cli(tmp: Path, *args: str) -> CLIResult:
-    started = time.monotonic()
-    result = invoke(list(args), cwd=tmp)
-    assert time.monotonic() - started < FAST_S * 4
-    return result
+    return invoke(list(args), cwd=tmp)  # a hang is the module's pytest timeout
 
 
 def exit_2(result: CLIResult, expected: str) -> str:
@@ -151,12 +148,11 @@ def test_low_fifo_refused(tmp_path: Path) -> None:
     (tmp_path / "task.yaml").write_text("goal: x\n", encoding="utf-8")
     expected = "is a FIFO, not a regular file"
 
-    started = time.monotonic()  # (a blocked open waits for a writer: the test's timeout)
+    # refused, not read: a blocked open would wait for a writer until the test's timeout
     with pytest.raises(TaskFileError, match=expected):
         load_task(fifo)
     with pytest.raises(UsageError, match=expected):
         FileScriptedLLM(fifo)
-    assert time.monotonic() - started < FAST_S
 
     async def api() -> None:
         async with daemon_api(tmp_path) as client:

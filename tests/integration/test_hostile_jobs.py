@@ -380,7 +380,7 @@ def test_artifacts_never_follow_symlinks_and_are_capped(
 
 def test_the_report_names_the_files_not_archived(
         leftovers: tuple[JobHandle, Settings, Path]) -> None:
-    from gliding.cli.render import report_dict, report_text
+    from gliding.daemon.render import report_dict, report_text
 
     handle, _, _ = leftovers
     assert handle.report is not None

@@ -18,7 +18,7 @@ import pytest
 
 from gliding.bench.servers import free_port
 from gliding.core.messages import Completion, Message
-from gliding.daemon.compose import build_llm
+from gliding.daemon.models import build_llm
 from gliding.llm.local import packaged_model_path
 from gliding.llm.port import LLMRequest
 from gliding.testing.servers import stop_process

@@ -20,7 +20,8 @@ from gliding.daemon.compose import run_job
 from gliding.daemon.runtime import blackboard_path
 from gliding.daemon.service import JobService
 from gliding.errors import TaskFileError
-from gliding.mcp.server import Service, build_server
+from gliding.mcp.server import build_server
+from gliding.mcp.service import Service
 from gliding.testing import ScriptedLLM, call
 from tests.cli.cli_support import invoke
 

@@ -19,13 +19,14 @@ import anyio
 import pytest
 
 from gliding.bus.messages import JobEvent
-from gliding.cli.render import progress_line, report_dict, report_text
 from gliding.config.loader import load_settings
 from gliding.config.settings import Settings
 from gliding.config.task import load_task
 from gliding.core.messages import Message
 from gliding.core.prices import call_cost
-from gliding.daemon.compose import build_llm, resume_job, run_job
+from gliding.daemon.compose import resume_job, run_job
+from gliding.daemon.models import build_llm
+from gliding.daemon.render import progress_line, report_dict, report_text
 from gliding.errors import TaskFileError
 from gliding.llm.hosted import litellm_price
 from gliding.llm.port import LLMRequest

@@ -4,7 +4,6 @@ fallbacks in turn, ProviderUnavailable when every model is spent; and ByRole's r
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Sequence
 
 import anyio
@@ -112,13 +111,11 @@ def test_a_401_fails_at_once_and_no_fallback_is_tried() -> None:
     primary = Flaky("m", [fault("auth", 401)])
     fallback = Flaky("f")
 
-    started = time.monotonic()
     with pytest.raises(ProviderError) as caught:
         ask(resilient([primary, fallback], clock))
 
     assert caught.value.kind == "auth" and not isinstance(caught.value, ProviderUnavailable)
-    assert (primary.calls, fallback.calls, clock.slept) == (1, 0, [])
-    assert time.monotonic() - started < 1.0
+    assert (primary.calls, fallback.calls, clock.slept) == (1, 0, [])  # no wait, no fallback
 
 
 def test_other_llm_errors_pass_through_untouched() -> None:
@@ -217,7 +214,7 @@ def test_when_every_model_cools_down_all_are_tried_again() -> None:
 
 def test_retry_and_fallback_events_read_as_progress_lines() -> None:
     from gliding.bus.messages import JobEvent
-    from gliding.cli.render import progress_line
+    from gliding.daemon.render import progress_line
 
     common = {"role": "DA", "session": "DA", "turn": 3, "model": "anthropic/x"}
     retry = JobEvent(job="j", event="llm.retry", data={

@@ -229,10 +229,10 @@ async def test_a_task_server_has_no_network_without_network_true(
     with _listener() as listener:
         port = listener.getsockname()[1]
         (refused,) = await _calls(_group(ws, _box(tmp_path)), ("connect", {"port": port}))
-        none = _accepted(listener, 0.3)
+        none = await anyio.to_thread.run_sync(_accepted, listener, 0.3)
         (reached,) = await _calls(_group(ws, _box(tmp_path, network=True)),
                                   ("connect", {"port": port}))
-        one = _accepted(listener, 2.0)
+        one = await anyio.to_thread.run_sync(_accepted, listener, 2.0)
     assert refused.startswith("error: connect (server probe): "), refused
     assert none == 0
     assert reached == "connected" and one == 1  # network: true grants it, as to commands

@@ -34,8 +34,10 @@ from mcp.client.streamable_http import create_mcp_http_client, streamable_http_c
 from mcp_types import CallToolResult
 
 from gliding.config.loader import load_settings
+from gliding.daemon.reading import utf8_page
 from gliding.daemon.runtime import blackboard_path
-from gliding.mcp.server import MAX_ANSWER_CHARS, Service, _bounded, _utf8_page, build_server
+from gliding.mcp.server import MAX_ANSWER_CHARS, _bounded, build_server
+from gliding.mcp.service import Service
 from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 
@@ -361,8 +363,10 @@ def test_streamable_http_on_localhost_runs_an_inline_task_and_stops_on_sigterm(
     env = {**{k: v for k, v in os.environ.items() if not k.upper().startswith("GLIDING_")},
            **SERVER_ENV}
     with (workdir / "server.log").open("w", encoding="utf-8") as errlog:
-        proc = subprocess.Popen([sys.executable, "-m", "gliding.mcp.server", "--data-dir",
-                                 "data", "--transport", "http", "--port", str(port)],
+        # through the CLI's `gliding mcp`, which becomes `python -m gliding.mcp.server`
+        gliding = str(Path(sys.executable).with_name("gliding"))
+        proc = subprocess.Popen([gliding, "mcp", "--data-dir", "data", "--transport", "http",
+                                 "--port", str(port)],
                                 cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                                 stdout=errlog, stderr=errlog)
         try:
@@ -463,13 +467,13 @@ def test_utf8_pages_join_back_to_the_bytes_and_never_stall(content: bytes, limit
     out, offset = b"", 0
     while offset < len(content):
         page = content[offset: offset + limit]
-        text = _utf8_page(page)
+        text = utf8_page(page)
         taken = text.encode("utf-8") if text is not None else page
         assert taken and page.startswith(taken) and len(taken) > len(page) - 4
         out += taken
         offset += len(taken)
     assert out == content
-    assert _utf8_page(b"") == ""
+    assert utf8_page(b"") == ""
 
 
 def test_bounded_answers_halve_their_longest_lists_then_clip_strings() -> None:

@@ -14,13 +14,9 @@ from hypothesis import strategies as st
 
 from gliding.core.iri import parse_iri, record_iri, result_iri, turn_iri
 from gliding.errors import ArchiveError, IRIError, NotFoundError
-from gliding.memory.archive.store import (
-    Archive,
-    ArchivedItem,
-    CallRecord,
-    archive_path,
-    open_for_iri,
-)
+from gliding.memory.archive.records import ArchivedItem, CallRecord
+from gliding.memory.archive.schema import SCHEMA_VERSION
+from gliding.memory.archive.store import Archive, archive_path, open_for_iri
 
 JOB = "job-1"
 
@@ -93,6 +89,8 @@ def test_an_archive_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(ArchiveError, match="schema version 99") as info:
         Archive.open(tmp_path, JOB, create=False)
+    assert (f"archive {archive_path(tmp_path, JOB)} has schema version 99; this Gliding reads "
+            f"{SCHEMA_VERSION}") in str(info.value)
     assert "upgrade Gliding" in str(info.value)
 
 
@@ -296,7 +294,7 @@ def test_threads_share_one_archive(tmp_path: Path) -> None:
                     archive.put(iri, f"thread {t} item {i}" * (i + 1), kind="result")
                     assert archive.get(iri).content == f"thread {t} item {i}".encode() * (i + 1)
                     archive.record_call(CallRecord(job=JOB, role=f"R{t}", turn=i, model="m"))
-            except BaseException as exc:  # collected and re-raised in the test thread
+            except BaseException as exc:  # noqa: BLE001 - collected and re-raised in the test thread
                 errors.append(exc)
 
         threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]

@@ -17,7 +17,8 @@ import pytest
 import gliding
 from gliding.core.iri import record_iri
 from gliding.errors import ArchiveError, NotFoundError
-from gliding.memory.archive.store import Archive, CallRecord, archive_path
+from gliding.memory.archive.records import CallRecord
+from gliding.memory.archive.store import Archive, archive_path
 
 JOB = "job1"
 REPO_ROOT = Path(gliding.__file__).resolve().parents[1]

@@ -1,128 +1,49 @@
-"""The archive port's contract, run against LocalArchive (SQLite, on threads) and the
-in-memory fake; and an agent session that writes only through the port."""
+"""The archive port's contract (``gliding.testing.archive_contract``), run against LocalArchive
+(SQLite, on threads) and the in-memory fake; LocalArchive's read cache; and an agent session
+that writes only through the port."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gliding.errors import ArchiveError, IRIError, NotFoundError
 from gliding.memory.archive.port import ArchivePort, CacheStats, LocalArchive, ReadCache
-from gliding.memory.archive.store import Archive, CallRecord
+from gliding.memory.archive.store import Archive
 from gliding.testing.archive import InMemoryArchive
+from gliding.testing.archive_contract import ArchivePortContract, MakePort
 
 J = "gliding://job/j1"
 
 
-@pytest.fixture(params=["local", "memory"])
-def port(request: Any, tmp_path: Path) -> Iterator[ArchivePort]:
-    if request.param == "memory":
-        yield InMemoryArchive("j1")
-        return
-    archive = Archive.open(tmp_path / "data", "j1")
-    yield LocalArchive(archive, tmp_path / "data")
-    archive.close()
+class TestLocalArchive(ArchivePortContract):
+    @pytest.fixture
+    def make_port(self, tmp_path: Path) -> MakePort:
+        @asynccontextmanager
+        async def make() -> AsyncIterator[ArchivePort]:
+            archive = Archive.open(tmp_path / "data", "j1")
+            try:
+                yield LocalArchive(archive, tmp_path / "data")
+            finally:
+                archive.close()
+
+        return make
 
 
-def test_an_item_reads_back_with_its_meta(port: ArchivePort) -> None:
-    async def main() -> None:
-        await port.put(f"{J}/result/DA-1-0", "out", kind="result", meta={"ok": True})
-        item = await port.find(f"{J}/result/DA-1-0")
-        assert item is not None and item.content == b"out" and item.meta == {"ok": True}
-        assert await port.read_text(f"{J}/result/DA-1-0") == "out"
-        assert await port.find(f"{J}/result/DA-9-0") is None
+class TestInMemoryArchive(ArchivePortContract):
+    @pytest.fixture
+    def make_port(self) -> MakePort:
+        @asynccontextmanager
+        async def make() -> AsyncIterator[ArchivePort]:
+            yield InMemoryArchive("j1")
 
-    anyio.run(main)
-
-
-def test_the_same_bytes_again_are_a_no_op_and_other_bytes_are_refused(port: ArchivePort) -> None:
-    async def main() -> None:
-        await port.put(f"{J}/result/DA-1-0", "out", kind="result")
-        await port.put(f"{J}/result/DA-1-0", "out", kind="result")
-        with pytest.raises(ArchiveError, match="different content"):
-            await port.put(f"{J}/result/DA-1-0", "other", kind="result")
-        with pytest.raises(ArchiveError):
-            await port.put("gliding://job/j2/result/DA-1-0", "x", kind="result")
-
-    anyio.run(main)
-
-
-def test_a_turn_and_its_ledger_row_are_written_together(port: ArchivePort) -> None:
-    call = CallRecord(job="j1", role="DA", turn=1, model="m", prompt_tokens=5,
-                      turn_iri=f"{J}/turn/DA/1")
-
-    async def main() -> None:
-        await port.put_turn(f"{J}/turn/DA/1", '{"reply": {}}', {"role": "DA", "turn": 1}, call)
-        assert [c.turn_iri for c in await port.calls()] == [f"{J}/turn/DA/1"]
-        assert (await port.find(f"{J}/turn/DA/1")) is not None
-        with pytest.raises(ArchiveError):  # a different turn body under the same IRI
-            await port.put_turn(f"{J}/turn/DA/1", '{"reply": 2}', {}, call)
-        assert len(await port.calls()) == 1  # and no second ledger row
-
-    anyio.run(main)
-
-
-def test_a_node_iri_reads_its_latest_revision(port: ArchivePort) -> None:
-    async def main() -> None:
-        for n in (1, 2):
-            await port.put(f"{J}/node/step/1/{n}", f"revision {n}", kind="node",
-                           meta={"node": f"{J}/plan/1/step/1"})
-        assert await port.read_text(f"{J}/plan/1/step/1") == "revision 2"
-
-    anyio.run(main)
-
-
-def test_missing_and_malformed_iris_are_clear_errors(port: ArchivePort) -> None:
-    async def main() -> None:
-        with pytest.raises(NotFoundError):
-            await port.read_text(f"{J}/result/nothing")
-        with pytest.raises(IRIError):
-            await port.read_text("not an iri")
-
-    anyio.run(main)
-
-
-def test_warm_counts_what_it_newly_cached_and_a_second_warm_nothing(port: ArchivePort) -> None:
-    async def main() -> None:
-        await port.put(f"{J}/result/DA-1-0", "one", kind="result")
-        await port.put(f"{J}/result/DA-2-0", "two", kind="result")
-        iris = [f"{J}/result/DA-1-0", f"{J}/result/DA-2-0", f"{J}/result/DA-1-0"]
-        assert await port.warm(iris) == 2
-        assert await port.warm(iris) == 0
-        assert await port.warm([]) == 0
-
-    anyio.run(main)
-
-
-def test_warm_skips_missing_malformed_node_and_other_jobs_iris(port: ArchivePort) -> None:
-    async def main() -> None:
-        await port.put(f"{J}/node/step/1/1", "revision 1", kind="node",
-                       meta={"node": f"{J}/plan/1/step/1"})
-        skipped = [f"{J}/result/nothing", "not an iri", "gliding://job/j2/result/DA-1-0",
-                   f"{J}/plan/1/step/1", J]
-        assert await port.warm(skipped) == 0
-        assert await port.read_text(f"{J}/plan/1/step/1") == "revision 1"
-
-    anyio.run(main)
-
-
-def test_a_warmed_item_reads_back_byte_identical(port: ArchivePort) -> None:
-    text = "naïve café — ✓\n\ttabbed\r\nlast line without newline"
-
-    async def main() -> None:
-        await port.put(f"{J}/result/DA-1-0", text, kind="result")
-        assert await port.warm([f"{J}/result/DA-1-0"]) == 1
-        for _ in range(2):
-            assert (await port.read_text(f"{J}/result/DA-1-0")).encode() == text.encode()
-
-    anyio.run(main)
+        return make
 
 
 def _local(tmp_path: Path, cache_bytes: int = 1 << 20) -> LocalArchive:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from gliding.memory.archive.records import CallRecord
 from gliding.memory.archive.schema import SCHEMA_VERSION
-from gliding.memory.archive.store import Archive, CallRecord, archive_path
+from gliding.memory.archive.store import Archive, archive_path
 
 JOB = "20260101-000000-abcdef"
 

@@ -12,7 +12,7 @@ from pyoxigraph import Literal, NamedNode, Quad
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.board.blackboard import BlackboardError, QueryTimeout
 from gliding.memory.board.vocabulary import NS, validate_node
-from tests.memory.blackboard_contract import (
+from gliding.testing.blackboard_contract import (
     CONTRACT_MAX_LIMIT,
     G1,
     BlackboardContract,

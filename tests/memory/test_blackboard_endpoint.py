@@ -16,13 +16,13 @@ import pytest
 
 from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
 from gliding.memory.board.blackboard import BlackboardError, QueryTimeout
-from gliding.testing.servers import OXIGRAPH, free_port, oxigraph_serve, post
-from tests.memory.blackboard_contract import (
+from gliding.testing.blackboard_contract import (
     CONTRACT_MAX_LIMIT,
     G1,
     BlackboardContract,
     step,
 )
+from gliding.testing.servers import OXIGRAPH, free_port, oxigraph_serve, post
 
 
 @pytest.fixture(scope="module")

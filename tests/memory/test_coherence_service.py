@@ -18,6 +18,8 @@ from gliding.bus.messages import CoherenceMsg
 from gliding.bus.mqtt import MQTTBus
 from gliding.bus.port import Bus
 from gliding.errors import BusError
+from gliding.memory.coherence.cache import Cache
+from gliding.memory.coherence.directory import Directory
 from gliding.memory.coherence.protocol import (
     Downgrade,
     DowngradeAck,
@@ -31,9 +33,7 @@ from gliding.memory.coherence.protocol import (
     WriteRequest,
 )
 from gliding.memory.coherence.service import (
-    Cache,
     CoherenceTimeout,
-    Directory,
     Versioned,
     for_cache,
     for_directory,

@@ -18,8 +18,10 @@ from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.board.projection import Projector
 from gliding.memory.board.vocabulary import from_jsonld
+from gliding.memory.coherence.cache import Cache
+from gliding.memory.coherence.directory import Directory
 from gliding.memory.coherence.nodes import JobNodeStore
-from gliding.memory.coherence.service import Cache, CoherenceTimeout, Directory
+from gliding.memory.coherence.service import CoherenceTimeout
 from gliding.memory.coherence.views import CoherentViews
 from gliding.memory.ingest.ingestor import Ingestor, index_iri, latest_revisions
 from gliding.testing.coherence import MemoryNodeStore

@@ -9,12 +9,13 @@ import anyio
 import pytest
 
 from gliding.config.loader import load_settings
+from gliding.config.roles import role_names
 from gliding.config.task import load_task
 from gliding.context.tokens import TokenCounter
 from gliding.daemon.compose import run_job
 from gliding.daemon.runtime import blackboard_path
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.board.projection import FRAMES, Projector, frame_query
+from gliding.memory.board.projection import Projector, frame_query
 from gliding.memory.board.vocabulary import VocabularyError
 from gliding.testing import ScriptedLLM, call
 
@@ -46,7 +47,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return tmp / "data", handle.report.job
 
 
-@pytest.mark.parametrize("role", sorted(FRAMES))
+@pytest.mark.parametrize("role", role_names())
 def test_every_frame_matches_data_the_live_path_wrote(live: tuple[Path, str], role: str) -> None:
     data, job = live
     board = OxigraphBlackboard.open(blackboard_path(data))

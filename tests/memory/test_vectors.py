@@ -1,17 +1,21 @@
-"""Exact vector index: the VectorIndex contract, brute force; the real MiniLM model, offline."""
+"""Exact vector index: the VectorIndex contract, brute force; the real MiniLM model, offline;
+without the embeddings extra, one warning that names it."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
+from gliding.memory.recall import vectors
 from gliding.memory.recall.vectors import Embedder, ExactVectorIndex, load_embedder, normalise
-from tests.memory.vector_contract import MakeIndex, VectorIndexContract
+from gliding.testing.vector_contract import MakeIndex, VectorIndexContract
 
 
 class TestExactVectorIndex(VectorIndexContract):
@@ -68,6 +72,22 @@ def test_normalise_keeps_zero_rows() -> None:
 @pytest.mark.heavy
 def test_missing_model_gives_none_not_a_crash() -> None:
     assert load_embedder("/nonexistent/model/path") is None
+
+
+def test_without_the_embeddings_extra_one_warning_names_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # what find_spec says of a missing package
+    monkeypatch.setattr(vectors, "_unavailable_logged", False)  # once per process: this one
+
+    with capture_logs() as logs:
+        assert load_embedder() is None
+        assert load_embedder(precision="int8") is None
+
+    (warning,) = logs
+    assert (warning["event"], warning["log_level"]) == ("vectors.unavailable", "warning")
+    assert warning["hint"] == "pip install 'gliding[embeddings]'"
+    assert "torch" in warning["error"]
+    assert warning["using"] == "lexical (BM25) and graph recall"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from gliding.memory.backends.qdrant_vectors import QdrantVectorIndex, open_qdrant_index, point_id
 from gliding.memory.recall.vectors import ExactVectorIndex, VectorStoreError
-from tests.memory.vector_contract import MakeIndex, VectorIndexContract
+from gliding.testing.vector_contract import MakeIndex, VectorIndexContract
 
 pytest.importorskip("qdrant_client")  # the backend module itself imports it only when used
 
@@ -81,6 +81,7 @@ def test_without_qdrant_client_open_gives_none(monkeypatch: pytest.MonkeyPatch) 
         assert open_qdrant_index(None, collection="memory", dim=8) is None
     assert [entry["event"] for entry in logs] == ["vectors.qdrant.unavailable"]
     assert "qdrant_client" in logs[0]["error"] and logs[0]["using"] == "exact numpy index"
+    assert logs[0]["hint"] == "pip install 'gliding[qdrant]'"
 
 
 def test_local_mode_through_open_qdrant_index(tmp_path: Path) -> None:

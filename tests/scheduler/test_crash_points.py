@@ -17,19 +17,22 @@ import anyio
 import pytest
 
 from gliding.config.loader import load_settings
+from gliding.config.roles import role_names
 from gliding.config.task import Task
 from gliding.core.checks import CommandSucceeds
 from gliding.core.crashpoints import (
-    POINTS,
     Injected,
     InjectedCrash,
     InjectedKill,
     armed,
     crash_point,
+    every_point,
 )
 from gliding.daemon.compose import run_job
 from gliding.daemon.jobs import list_jobs
 from gliding.llm.scripted import FileScriptedLLM
+
+POINTS = every_point(role_names())
 
 REPLIES = """\
 PA:
@@ -71,7 +74,7 @@ async def crashing_job(tmp: Path, point: str, kind: Injected,
     with armed({point: 1}, kind=kind) as hits, anyio.move_on_after(ENDED_WITHIN_S + 30):
         try:
             await run_job(task, settings, llm=FileScriptedLLM(replies))
-        except Exception as exc:  # the job's error, once its stop was recorded
+        except Exception as exc:  # noqa: BLE001 - the job's error, once its stop was recorded
             assert "injected crash" in str(exc) or isinstance(exc, InjectedCrash), exc
         except BaseException as exc:  # noqa: B036 - the kill, maybe grouped; not cancellation
             if "injected kill" not in repr(exc):

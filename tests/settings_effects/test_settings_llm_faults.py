@@ -14,7 +14,7 @@ import pytest
 
 from gliding.config.settings import Settings
 from gliding.core.messages import Completion, Message
-from gliding.daemon.compose import build_llm
+from gliding.daemon.models import build_llm
 from gliding.errors import ProviderUnavailable, UsageError
 from gliding.llm.port import LLMRequest, ProviderNotice
 from gliding.testing.fake_provider import FakeProvider, FaultPlan

@@ -45,7 +45,7 @@ def _use(settings: MCPSettings, tool: str, arguments: dict[str, object]) -> tupl
                 return ""
             try:
                 return (await group.call(tool, arguments)).text
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the model sees any tool error as text
                 return f"error: {exc}"
         finally:
             await group.aclose()

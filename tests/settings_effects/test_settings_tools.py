@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from pathlib import Path
 
 import anyio
@@ -279,12 +278,10 @@ def test_bash_timeout_s_kills_a_slow_command(tmp: Path) -> None:
     settings = settings_from(tmp, {"GLIDING_TOOLS__BASH__TIMEOUT_S": "0.5"})
     assert DEFAULTS.bash.timeout_s > 5
 
-    started = time.monotonic()
     output = run_one_tool(tmp, settings, "bash", command="echo begun; sleep 5; echo finished")
-    elapsed = time.monotonic() - started
 
+    # killed by the 0.5 s timeout: "finished" (after the 5 s sleep) never came
     assert output.splitlines() == ["killed after 0.5s timeout", "begun"]
-    assert elapsed < 4, elapsed
 
 
 def test_bash_timeout_s_lets_a_command_that_is_fast_enough_finish(tmp: Path) -> None:

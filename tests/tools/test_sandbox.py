@@ -171,13 +171,13 @@ def _cgroup_of(pid: int) -> Path | None:
 
 async def _watching(command: str, ws: Path, mark: str, *, box: Sandbox | None = None,
                     timeout_s: float, cancel_at: int | None = None,
-                    ) -> tuple[CommandResult | None, int, float]:
+                    ) -> tuple[CommandResult | None, int]:
     """Run ``command`` while counting its `sleep <mark>` processes on the host; cancel the call
-    once ``cancel_at`` of them run. Returns its result (None when cancelled), the most seen at
-    once, and how long the call took."""
+    once ``cancel_at`` of them run. Returns its result (None when cancelled) and the most seen
+    at once. The `sleep <mark>` commands sleep 1000 s: a call that waited for them fails here
+    (``fail_after`` is hang protection, not a bound on how long the call takes)."""
     result: CommandResult | None = None
     most = 0
-    started = time.monotonic()
     with anyio.fail_after(timeout_s + 10):
         async with anyio.create_task_group() as tg:
 
@@ -196,7 +196,7 @@ async def _watching(command: str, ws: Path, mark: str, *, box: Sandbox | None = 
 
             tg.start_soon(watch)
             tg.start_soon(call)
-    return result, most, time.monotonic() - started
+    return result, most
 
 
 @contextmanager
@@ -403,7 +403,7 @@ async def test_no_network_a_loopback_listener_gets_no_connection(ws: Path) -> No
         result = await _run(f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected", ws)
         assert result.exit_code not in (0, None), result.render()
         assert "connected" not in result.output.split()
-        assert _accepted(server, 0.3) == 0
+        assert await anyio.to_thread.run_sync(_accepted, server, 0.3) == 0
 
 
 @needs_bwrap
@@ -415,7 +415,7 @@ async def test_with_network_allowed_the_listener_is_reached(ws: Path) -> None:
                             box=_box(network=True))
         assert result.ok, result.render()
         assert result.output.split() == ["connected"]
-        assert _accepted(server, 2.0) == 1
+        assert await anyio.to_thread.run_sync(_accepted, server, 2.0) == 1
 
 
 @needs_bwrap
@@ -435,7 +435,7 @@ async def test_no_network_an_abstract_unix_socket_of_the_host_is_unreachable(
         assert result.exit_code not in (0, None), result.render()
         assert "connected" not in result.output.split()
         assert "ConnectionRefusedError" in result.output
-        assert _accepted(server, 0.2) == 0
+        assert await anyio.to_thread.run_sync(_accepted, server, 0.2) == 0
     finally:
         server.close()
 
@@ -463,7 +463,7 @@ async def test_no_process_outlives_the_command(ws: Path, host: Host, ending: str
     tail = {"returns": "sleep 0.8; echo returned",  # time for the host to see them all
             "times out": f"sleep {host.mark}", "is cancelled": f"sleep {host.mark}"}[ending]
     command = "\n".join([*ways, tail])
-    result, most, elapsed = await _watching(
+    result, most = await _watching(
         command, ws, host.mark, timeout_s={"times out": 1.5}.get(ending, 30),
         cancel_at=len(ways) + 1 if ending == "is cancelled" else None)
 
@@ -471,9 +471,9 @@ async def test_no_process_outlives_the_command(ws: Path, host: Host, ending: str
     if ending == "returns":
         assert result is not None and result.ok and result.output.endswith("returned\n")
     elif ending == "times out":
-        assert result is not None and result.timed_out and elapsed < 1.5 + 3
+        assert result is not None and result.timed_out  # the 1.5 s timeout, not the sleep
     else:
-        assert result is None and elapsed < 10
+        assert result is None  # cancelled, not waited for
     assert _wait_gone(host.mark) == []
 
 
@@ -539,9 +539,8 @@ async def test_forking_2000_processes_is_refused_and_the_command_ends_by_its_tim
             "        n += 1\nexcept OSError as exc:\n    print('refused after', n, exc.errno)\n"
             "else:\n    print('forked', n)\n\"\n"
             f"sleep {host.mark}")
-    result, most, elapsed = await _watching(bomb, ws, host.mark, box=_box(processes=48),
-                                            timeout_s=2.5)
-    assert result is not None and result.timed_out and elapsed < 2.5 + 3
+    result, most = await _watching(bomb, ws, host.mark, box=_box(processes=48), timeout_s=2.5)
+    assert result is not None and result.timed_out
     assert "refused after" in result.output, result.output
     forked = int(result.output.split("refused after")[1].split()[0])
     assert forked < 48 and most <= 48
@@ -561,13 +560,14 @@ async def test_a_bash_fork_bomb_stays_under_the_limit_and_ends_by_its_timeout(
             most = max(most, len(_processes(host.mark)))
             await anyio.sleep(0.02)
 
-    started = time.monotonic()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(count)
-        result = await _run(f":(){{ :|:& }};:; sleep {host.mark}", ws, box=_box(processes=48),
-                            timeout_s=2)
-        tg.cancel_scope.cancel()
-    assert result.timed_out and time.monotonic() - started < 2 + 3
+    # fail_after: hang protection only; the command's own timeout (2 s) is what must end it
+    with anyio.fail_after(2 + 30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(count)
+            result = await _run(f":(){{ :|:& }};:; sleep {host.mark}", ws,
+                                box=_box(processes=48), timeout_s=2)
+            tg.cancel_scope.cancel()
+    assert result.timed_out
     assert "fork" in result.output  # bash says its forks fail
     assert 0 < most <= 48  # bwrap, the sandbox's init and the bomb, all in the cgroup
 
@@ -602,10 +602,9 @@ async def test_an_allocation_past_the_memory_limit_fails(ws: Path) -> None:
 @needs_bwrap
 @pytest.mark.anyio
 async def test_a_process_past_its_cpu_seconds_is_killed(ws: Path) -> None:
-    started = time.monotonic()
     result = await _run("while :; do :; done", ws, box=_box(cpu_s=1), timeout_s=10)
-    assert not result.timed_out and result.exit_code == 128 + 9  # hard limit: SIGKILL
-    assert time.monotonic() - started < 6
+    # the CPU limit killed it (hard limit: SIGKILL), before the 10 s timeout could
+    assert not result.timed_out and result.exit_code == 128 + 9
 
 
 # --- environment, describe, require ----------------------------------------------------------

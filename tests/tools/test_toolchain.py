@@ -29,19 +29,18 @@ from gliding.config.task import Task, load_task_text, task_from_record, task_rec
 from gliding.errors import TaskFileError, ToolError
 from gliding.tools.sandbox import Sandbox, bwrap_problem
 from gliding.tools.shell import CommandResult, run_command
-from gliding.tools.toolchain import (
+from gliding.tools.toolchain import Toolchain, resolve_toolchain
+from gliding.tools.toolchain_plan import (
     IN_HOME,
     SECRETS_IN_HOME,
     SYSTEM_DIRS,
     Python,
     Request,
-    Toolchain,
     allowed,
     homes_of,
     mount_refusal,
     plan,
     pyenv_names,
-    resolve_toolchain,
     toolchain_shape,
 )
 
@@ -668,9 +667,9 @@ def test_the_toolchain_is_read_only(tmp_path: Path) -> None:
 def test_a_job_says_what_of_its_toolchain_was_left_out(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gliding.bus.messages import JobEvent
-    from gliding.cli.render import progress_line
     from gliding.config.settings import Settings
     from gliding.daemon.compose import job_sandbox
+    from gliding.daemon.render import progress_line
 
     creds = tmp_path / "other/.aws/bin"
     creds.mkdir(parents=True)

@@ -270,3 +270,22 @@ async def test_groups_open_in_order_close_in_reverse_and_a_failed_open_closes_th
     assert log == ["open a", "open b", "close b", "close a"]
     with pytest.raises(ToolError, match="two tool groups are named 'a'"):
         ToolGroupManager([Tracked("a", log), Tracked("a", log)])
+
+
+@pytest.mark.anyio
+async def test_groups_and_managers_are_async_context_managers() -> None:
+    log: list[str] = []
+    async with Tracked("solo", log) as group:
+        assert group.name == "solo" and log == ["open solo"]
+    assert log == ["open solo", "close solo"]
+    log.clear()
+    with pytest.raises(RuntimeError, match="the job failed"):
+        async with ToolGroupManager([Tracked("a", log), Tracked("b", log)]) as manager:
+            assert manager.group_names == ("a", "b")
+            raise RuntimeError("the job failed")
+    assert log == ["open a", "open b", "close b", "close a"]  # closed however the block ends
+    log.clear()
+    with pytest.raises(ToolError, match="c cannot open"):
+        async with ToolGroupManager([Tracked("a", log), Tracked("c", log, True)]):
+            raise AssertionError("the block does not run when a group cannot open")
+    assert log == ["open a", "close a"]

@@ -5,6 +5,7 @@ results. Long-term memory is wired the way a job wires it (``MemoryAccess`` into
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from gliding.config.settings import ToolSettings
 from gliding.context.tokens import TokenCounter
@@ -22,8 +24,10 @@ from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.board.blackboard import QueryTimeout, Ref
 from gliding.memory.board.search import Hit
 from gliding.memory.board.vocabulary import NS
+from gliding.memory.recall import vectors
 from gliding.memory.recall.access import MemoryAccess
 from gliding.memory.recall.knowledge import KnowledgeMemory
+from gliding.memory.recall.vectors import load_embedder
 from gliding.tools.base import SessionRecall, ToolContext, ToolOutcome, Toolset
 from gliding.tools.groups import job_groups
 from gliding.tools.knowledge import (
@@ -125,6 +129,29 @@ async def test_kg_search_with_nothing_matching_says_so(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
     out = await job(tmp_path, knowledge).use("kg_search", query="zebra quokka")
     assert out.ok and out.output == "nothing found for 'zebra quokka'"
+
+
+@pytest.mark.anyio
+async def test_kg_search_without_the_embeddings_extra_ranks_by_words_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # what find_spec says of a missing package
+    monkeypatch.setattr(vectors, "_unavailable_logged", False)
+    board = OxigraphBlackboard.in_memory(max_limit=1000)
+    memory = KnowledgeMemory(board, COUNT, embedder_factory=load_embedder)  # as a job wires it
+    memory.board.put({"@id": f"{J1}/fact/1", "@type": "Fact",
+                      "text": "the staging database listens on port 5433"}, graph=J1)
+    try:
+        with capture_logs() as logs:
+            out = await job(tmp_path, memory).use("kg_search", query="staging database port")
+    finally:
+        board.close()
+    assert out.ok, out.output
+    assert out.output.splitlines() == [
+        f"Fact {J1}/fact/1: the staging database listens on port 5433"]
+    assert memory.index.embedder is None
+    (warning,) = [e for e in logs if e["log_level"] == "warning"]
+    assert warning["event"] == "vectors.unavailable"
+    assert warning["hint"] == "pip install 'gliding[embeddings]'"
 
 
 @pytest.mark.anyio

@@ -268,11 +268,10 @@ async def test_the_body_is_cut_at_max_bytes_and_binary_is_not_shown(
 
 async def test_a_slow_page_is_a_timeout_error(server: str, recorder: Recorder) -> None:
     _Handler.routes = {"/slow": (200, {"Content-Type": "text/plain"}, b"late", 3.0)}
-    started = time.monotonic()
 
+    # the 0.5 s timeout ended it: waited out, the 3 s page would have come back as "late"
     with pytest.raises(ToolError, match=r"took more than 0.5s \(tools.web.timeout_s\)"):
         await fetch(f"{server}/slow", web(allow=("127.0.0.1",), timeout_s=0.5))
-    assert time.monotonic() - started < 2.5
 
 
 async def test_too_many_redirects_is_an_error(server: str, recorder: Recorder) -> None:
@@ -339,15 +338,12 @@ async def test_a_gzip_bomb_is_inflated_no_further_than_max_bytes(
 
     tracemalloc.start()
     try:
-        started = time.monotonic()
         answer = await fetch(f"{server}/bomb", settings)
-        took = time.monotonic() - started
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
 
-    assert peak < 16 << 20, f"peak {peak >> 20} MiB"
-    assert took < 10
+    assert peak < 16 << 20, f"peak {peak >> 20} MiB"  # never inflated whole
     assert re.search(rf"text/plain, {1 << 20} bytes \(gzip, \d+ on the wire\)$",
                      answer.splitlines()[0])
     assert answer.endswith(f"[page cut at {1 << 20} bytes (tools.web.max_bytes)]")
@@ -364,10 +360,8 @@ async def test_a_stacked_coding_is_refused_at_once(server: str, recorder: Record
 
     tracemalloc.start()
     try:
-        started = time.monotonic()
         with pytest.raises(ToolError) as caught:
             await fetch(f"{server}/bomb", web(allow=("127.0.0.1",)))
-        took = time.monotonic() - started
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -376,7 +370,7 @@ async def test_a_stacked_coding_is_refused_at_once(server: str, recorder: Record
         f"web_fetch: {server}/bomb: the page came with Content-Encoding 'gzip, gzip': more "
         "than one content coding is refused (a page has no need of it; a compression bomb "
         "does)")
-    assert took < 5 and peak < 4 << 20
+    assert peak < 4 << 20  # refused before anything was inflated
 
 
 async def test_an_unknown_or_corrupt_coding_is_a_clear_error(server: str,

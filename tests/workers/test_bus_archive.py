@@ -1,6 +1,7 @@
 """BusArchive against an ArchiveServer over the in-process bus, writing a real SQLite archive:
-the ArchivePort operations, exactly-once writes when requests are sent again, errors that keep
-their kind, and a job process that does not answer."""
+the ArchivePort contract (``gliding.testing.archive_contract``), the operations, exactly-once
+writes when requests are sent again, errors that keep their kind, and a job process that does
+not answer."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from gliding.bus.inproc import InProcessBus
 from gliding.bus.messages import ArchiveRequest
 from gliding.errors import ArchiveError, IRIError, NotFoundError
 from gliding.memory.archive.bus import ArchiveServer, BusArchive
-from gliding.memory.archive.port import LocalArchive
-from gliding.memory.archive.store import Archive, CallRecord
+from gliding.memory.archive.port import ArchivePort, LocalArchive
+from gliding.memory.archive.records import CallRecord
+from gliding.memory.archive.store import Archive
+from gliding.testing.archive_contract import ArchivePortContract, MakePort
 
 J = "gliding://job/j1"
 
@@ -37,6 +40,19 @@ async def served(tmp_path: Path, **kw: float) -> AsyncIterator[tuple[BusArchive,
     finally:
         await bus.aclose()
         archive.close()
+
+
+class TestBusArchive(ArchivePortContract):
+    """The port's contract holds over the bus as it does on the archive itself."""
+
+    @pytest.fixture
+    def make_port(self, tmp_path: Path) -> MakePort:
+        @asynccontextmanager
+        async def make() -> AsyncIterator[ArchivePort]:
+            async with served(tmp_path) as (port, _archive, _server):
+                yield port
+
+        return make
 
 
 def test_every_operation_goes_through_to_the_archive(tmp_path: Path) -> None:

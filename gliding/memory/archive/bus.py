@@ -46,7 +46,7 @@ from gliding.memory.archive.port import (
     ReadCache,
     own_item,
 )
-from gliding.memory.archive.store import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
+from gliding.memory.archive.records import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
 
 log = structlog.get_logger("gliding.memory")
 

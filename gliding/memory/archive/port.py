@@ -28,13 +28,8 @@ import anyio
 
 from gliding.core.iri import parse_iri
 from gliding.errors import IRIError, NotFoundError
-from gliding.memory.archive.store import (
-    DEFAULT_MEDIA_TYPE,
-    Archive,
-    ArchivedItem,
-    CallRecord,
-    open_for_iri,
-)
+from gliding.memory.archive.records import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
+from gliding.memory.archive.store import Archive, open_for_iri
 
 READ_CACHE_BYTES = 8 * 1024 * 1024  # what one agent's read cache may hold, in archived bytes
 
@@ -53,7 +48,9 @@ class ArchivePort(Protocol):
 
     async def put_turn(self, iri: str, body: str, meta: dict[str, Any],
                        call: CallRecord) -> None:
-        """Archive one model turn and its ledger row in one transaction."""
+        """Archive one model turn and its ledger row in one transaction. The same turn again
+        (the same bytes at ``iri``) is a no-op: no second ledger row, so a write sent again
+        counts once. Other bytes at ``iri`` are an ArchiveError."""
         ...
 
     async def find(self, iri: str) -> ArchivedItem | None:
@@ -155,6 +152,8 @@ class LocalArchive:
                        call: CallRecord) -> None:
         def write() -> None:
             with self.archive.batch():
+                if _holds(self.archive, iri, body):  # written before: its row is there too
+                    return
                 self.archive.put(iri, body, kind="turn", media_type="application/json",
                                  meta=meta)
                 self.archive.record_call(call)
@@ -217,6 +216,14 @@ class LocalArchive:
 
     async def calls(self) -> list[CallRecord]:
         return await anyio.to_thread.run_sync(self.archive.calls)
+
+
+def _holds(archive: Archive, iri: str, body: str) -> bool:
+    """Whether ``iri`` holds exactly ``body`` already."""
+    try:
+        return archive.get(iri).content == body.encode("utf-8")
+    except NotFoundError:
+        return False
 
 
 def own_item(iri: str, job: str) -> str | None:

@@ -3,6 +3,15 @@
 ``prepare`` is run on every connection ``archive.Archive.open`` makes: it switches the database to
 WAL with ``synchronous=FULL`` (a returned commit survives a killed process; with FULL also a power
 cut) and creates or checks the tables. A file written by a newer schema is refused, not guessed at.
+
+The schema version is SQLite's ``user_version``; each version, and how an older file is migrated
+in place (when it is opened, in the transaction that checks it):
+
+    1  entries (every archived item), calls (the ledger) and job (the job's key-value meta)
+    2  calls.priced: 0 when nobody knows what the call cost (cost_usd then holds 0). A version 1
+       file gets the column with 1 in every row: version 1 counted every call as priced.
+
+What a journal entry holds has its own version (``journal.JOURNAL_VERSION``).
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ from pathlib import Path
 
 from gliding.errors import ArchiveError
 
-SCHEMA_VERSION = 2  # 2: calls.priced (0: the call's cost is unknown, cost_usd holds 0)
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -54,8 +63,7 @@ CALL_COLUMNS = (
     "id, job, role, turn, model, prompt_tokens, completion_tokens, cached_tokens, "
     "latency_s, cost_usd, created_at, turn_iri, priced"
 )
-# what an archive of an older version needs to read as this one (version 1 knew no unpriced
-# call: its cost_usd of 0 for a model without a price reads as a price of 0)
+# what an archive of an older version needs to read as this one (the changelog is above)
 MIGRATIONS = {2: "ALTER TABLE calls ADD COLUMN priced INTEGER NOT NULL DEFAULT 1"}
 
 

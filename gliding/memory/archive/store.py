@@ -20,9 +20,8 @@ connection is opened with ``check_same_thread=False`` and every operation holds 
 processes may open the same archive; SQLite's locking serialises their writes.
 
 Every sqlite3 and OS error is translated into ArchiveError (``raise ... from``). The tables,
-pragmas and schema version live in ``schema.py``. This module is past 600 lines on
-purpose: the guarantees above (append-only, durable puts, batches, verified reads) hold only
-together, in one class over one connection and one lock.
+pragmas and schema version live in ``schema.py``; the values ``Archive`` returns
+(``ArchivedItem``, ``CallRecord``) and how they are encoded into rows live in ``records.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -43,64 +42,19 @@ from typing import Any
 from gliding.core.crashpoints import crash_point
 from gliding.core.iri import IRI, job_iri, parse_iri
 from gliding.errors import ArchiveError, IRIError, NotFoundError
+from gliding.memory.archive.records import (
+    DEFAULT_MEDIA_TYPE,
+    ArchivedItem,
+    CallRecord,
+    content_problem,
+    dump_json,
+    encode_content,
+    item_from_row,
+    load_json,
+)
 from gliding.memory.archive.schema import CALL_COLUMNS, ENTRY_COLUMNS, prepare
 
-DEFAULT_MEDIA_TYPE = "text/plain; charset=utf-8"
 ARCHIVE_FILE = "archive.sqlite3"
-
-
-@dataclass(frozen=True)
-class ArchivedItem:
-    """One archived entry; ``content`` is None when listed, the verified bytes when read."""
-
-    iri: str
-    kind: str
-    sha256: str
-    size: int
-    created_at: float
-    media_type: str
-    meta: dict[str, Any] = field(default_factory=dict, hash=False)
-    content: bytes | None = None
-
-    def text(self, encoding: str = "utf-8") -> str:
-        """The content decoded as text.
-
-        Raises:
-            ArchiveError: the item was listed without content, or the bytes do not decode.
-        """
-        if self.content is None:
-            raise ArchiveError(
-                f"{self.iri} was listed without its content", hint="read it with Archive.get"
-            )
-        try:
-            return self.content.decode(encoding)
-        except UnicodeDecodeError as exc:
-            raise ArchiveError(
-                f"{self.iri} is not {encoding} text ({self.media_type})",
-                hint="read it as bytes with Archive.read",
-            ) from exc
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """One LLM call in the job's ledger; ``id`` is given by the archive when recorded.
-
-    ``created_at`` left as None is filled in with the archive's clock when recorded.
-    """
-
-    job: str
-    role: str
-    turn: int
-    model: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    latency_s: float = 0.0
-    cost_usd: float = 0.0
-    created_at: float | None = None
-    turn_iri: str | None = None
-    id: int | None = None
-    priced: bool = True  # False: nobody knows what the call cost (cost_usd is 0)
 
 
 def archive_path(data_dir: Path, job: str) -> Path:
@@ -224,15 +178,15 @@ class Archive:
         key = self._key(iri)
         if not kind:
             raise ArchiveError(f"no kind given for {key}", hint="pass kind='turn', 'result', ...")
-        data = _encode(content, key)
-        meta_json = _dump_json(meta or {}, f"meta of {key}")
+        data = encode_content(content, key)
+        meta_json = dump_json(meta or {}, f"meta of {key}")
         digest = hashlib.sha256(data).hexdigest()
         with self._transaction(f"archive {key}") as conn:
             row = conn.execute(
                 f"SELECT {ENTRY_COLUMNS} FROM entries WHERE iri = ?", (key,)
             ).fetchone()
             if row is not None:
-                stored = _entry(row, None)
+                stored = item_from_row(row, None)
                 if stored.sha256 == digest and stored.size == len(data):
                     return replace(stored, content=data)
                 raise ArchiveError(
@@ -280,7 +234,7 @@ class Archive:
             )
         content = row[7]
         problem = (
-            _content_problem(row[2], row[3], content)
+            content_problem(row[2], row[3], content)
             if isinstance(content, bytes)
             else f"content is {type(content).__name__}, not bytes"
         )
@@ -289,7 +243,7 @@ class Archive:
                 f"corrupt entry {key}: {problem}",
                 hint=f"the file {self._path} was changed outside Gliding; run verify()",
             )
-        return _entry(row[:7], content)
+        return item_from_row(row[:7], content)
 
     def read(self, iri: IRI | str, offset: int = 0, limit: int | None = None) -> bytes:
         """Bytes ``offset`` to ``offset + limit`` of the entry at ``iri`` (to the end if no limit).
@@ -321,7 +275,7 @@ class Archive:
             params = (kind,)
         with self._reading("list entries") as conn:
             rows = conn.execute(query + " ORDER BY seq", params).fetchall()
-        return [_entry(row, None) for row in rows]
+        return [item_from_row(row, None) for row in rows]
 
     # -- LLM ledger ---------------------------------------------------------------------------
 
@@ -371,7 +325,7 @@ class Archive:
         Raises:
             ArchiveError: ``value`` is not JSON-serialisable, or the write failed.
         """
-        text = _dump_json(value, f"job metadata {key!r}")
+        text = dump_json(value, f"job metadata {key!r}")
         with self._transaction(f"set job metadata {key!r}") as conn:
             conn.execute(
                 "INSERT INTO job (key, value) VALUES (?, ?)"
@@ -389,7 +343,7 @@ class Archive:
             row = conn.execute("SELECT value FROM job WHERE key = ?", (key,)).fetchone()
         if row is None:
             return default
-        return _load_json(row[0], f"job metadata {key!r}")
+        return load_json(row[0], f"job metadata {key!r}")
 
     # -- health -------------------------------------------------------------------------------
 
@@ -424,7 +378,7 @@ class Archive:
         found: builtins.list[str] = []
         if not isinstance(content, bytes):
             return [f"corrupt entry {iri}: content is {type(content).__name__}, not bytes"]
-        problem = _content_problem(digest, size, content)
+        problem = content_problem(digest, size, content)
         if problem:
             found.append(f"corrupt entry {iri}: {problem}")
         if job != self._job:
@@ -559,57 +513,4 @@ def _missing_archive(data_dir: Path, job: str, path: Path) -> NotFoundError:
         f"job {job!r} ({job_iri(job)}) has no archive under data dir {data_dir} "
         f"(looked for {path})",
         hint="check the job id and the data dir (--data-dir / GLIDING_DATA_DIR)",
-    )
-
-
-def _encode(content: bytes | str, key: str) -> bytes:
-    if isinstance(content, str):
-        try:
-            return content.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ArchiveError(
-                f"content for {key} is not encodable as UTF-8: {exc.reason}",
-                hint="archive the bytes instead of the text",
-            ) from exc
-    if isinstance(content, bytes | bytearray | memoryview):
-        return bytes(content)
-    raise ArchiveError(f"content for {key} is {type(content).__name__}, not bytes or str")
-
-
-def _dump_json(value: Any, what: str) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ArchiveError(
-            f"{what} is not JSON: {exc}", hint="use str, numbers, bools, None, lists and dicts"
-        ) from exc
-
-
-def _load_json(text: str, what: str) -> Any:
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise ArchiveError(f"stored {what} is not JSON: {exc}", hint="run verify()") from exc
-
-
-def _content_problem(digest: str, size: int, content: bytes) -> str | None:
-    if len(content) != size:
-        return f"size is {len(content)} B, recorded {size} B"
-    actual = hashlib.sha256(content).hexdigest()
-    if actual != digest:
-        return f"sha256 is {actual}, recorded {digest}"
-    return None
-
-
-def _entry(row: tuple[Any, ...], content: bytes | None) -> ArchivedItem:
-    iri, kind, digest, size, created_at, media_type, meta = row
-    return ArchivedItem(
-        iri=iri,
-        kind=kind,
-        sha256=digest,
-        size=size,
-        created_at=created_at,
-        media_type=media_type,
-        meta=_load_json(meta, f"meta of {iri}"),
-        content=content,
     )

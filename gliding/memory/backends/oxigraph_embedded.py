@@ -302,7 +302,7 @@ class OxigraphBlackboard:
         def run() -> None:
             try:
                 outcome.append((True, work()))
-            except BaseException as exc:  # handed to the waiting caller, who re-raises it
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller, who re-raises it
                 outcome.append((False, exc))
             finally:
                 self._local_slots.release()

@@ -14,8 +14,9 @@ same id at the same moment can both pass it (the second upsert then replaces the
 Writers of one id must take turns; the ids of memory items are unique per job anyway.
 
 ``open_qdrant_index`` is what the composition root calls: it returns ``None`` and logs
-``vectors.qdrant.unavailable`` when qdrant-client is not installed or the server cannot be
-reached, so the caller keeps the embedded ``ExactVectorIndex`` instead of crashing.
+``vectors.qdrant.unavailable`` when qdrant-client is not installed (it comes with the ``qdrant``
+extra; the warning says so) or the server cannot be reached, so the caller keeps the embedded
+``ExactVectorIndex`` instead of crashing.
 
 qdrant-client (and grpc, which it pulls in) is imported only inside functions here, so importing
 Gliding, and ``gliding --help``, stays fast.
@@ -41,6 +42,7 @@ POINT_NAMESPACE = uuid.UUID("6f1d8a3c-9b2e-5c47-8e0a-7d3b41c2f905")
 DEFAULT_TIMEOUT_S = 10.0
 UPSERT_CHUNK = 1024  # points per upsert request: ~4 MB of JSON at 384 dimensions
 ID_KEY = "id"
+QDRANT_INSTALL = "pip install 'gliding[qdrant]'"  # the extra that brings qdrant-client
 
 T = TypeVar("T")
 
@@ -278,6 +280,8 @@ def open_qdrant_index(url: str | None, *, collection: str, dim: int, path: str |
                                              api_key=api_key)
         return QdrantVectorIndex.local(path, collection=collection, dim=dim)
     except (ImportError, VectorStoreError) as exc:
+        hint = {"hint": QDRANT_INSTALL} if isinstance(exc, ImportError) else {}
         log.warning("vectors.qdrant.unavailable", error=f"{type(exc).__name__}: {exc}",
-                    url=url, path=path, collection=collection, using="exact numpy index")
+                    url=url, path=path, collection=collection, using="exact numpy index",
+                    **hint)
         return None

@@ -125,7 +125,7 @@ def _child(work: Callable[[], bytes], out: int, memory_bytes: int, cpu_s: int,
             tag, payload = _REFUSED, str(exc).encode("utf-8", "replace")
         except MemoryError:
             tag, payload = _NO_MEMORY, b""
-        except BaseException as exc:  # reported to the parent, which raises BlackboardError
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises BlackboardError
             tag, payload = _FAILED, f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
         message = memoryview(_HEADER.pack(len(payload) + 1) + tag + payload)
         while message:

@@ -6,7 +6,8 @@ A frame is a SPARQL CONSTRUCT template over the vocabulary of ``vocabulary.py``,
 are cached per (role, focus) and dropped when any node they used is written again
 (``invalidate``, called by the ingestion path).
 
-Frames (what each role is shown):
+Frames (what each role is shown: the node types its role file lists under ``projection``,
+read through the role registry, ``gliding.config.roles``); those of the roles that ship:
 
     PA  earlier decisions and check reports (why a new cycle started)
     DA  check reports with their evidence and the artifacts so far (the plan is in its
@@ -21,6 +22,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gliding.config.roles import entry
 from gliding.memory.board.blackboard import Blackboard, Ref, Triple, sparql_iri
 from gliding.memory.board.vocabulary import NS
 
@@ -28,23 +30,20 @@ _PREFIX = f"PREFIX gl: <{NS}>\n"
 _ONE_HOP = """CONSTRUCT {{ ?s ?p ?o }} WHERE {{ GRAPH {graph} {{
   ?s gl:partOf ?parent . ?s a ?type . ?s ?p ?o .
   FILTER(?type IN ({types}))
-  {extra}
 }} }} LIMIT {limit}"""
-
-FRAMES: dict[str, dict[str, str]] = {  # what a role's assignment does not already carry
-    "PA": {"types": "gl:Decision, gl:CheckReport", "extra": ""},
-    "DA": {"types": "gl:CheckReport, gl:Artifact", "extra": ""},
-    "CA": {"types": "gl:Artifact, gl:Step", "extra": ""},
-    "AA": {"types": "gl:Step, gl:Decision", "extra": ""},
-}
 HOPS_LIMIT = 200
+
+
+def frame_types(role: str) -> tuple[str, ...]:
+    """The node types ``role``'s frame selects, ``gl:Step`` and the like: what its assignment
+    does not already carry (the registry checked each is a ``gl:`` word)."""
+    return entry(role).projection
 
 
 def frame_query(role: str, graph: str, limit: int = HOPS_LIMIT) -> str:
     """The CONSTRUCT query of ``role``'s frame for the job graph ``graph``."""
-    frame = FRAMES[role]
-    return _PREFIX + _ONE_HOP.format(graph=sparql_iri(graph), types=frame["types"],
-                                     extra=frame["extra"], limit=int(limit))
+    return _PREFIX + _ONE_HOP.format(graph=sparql_iri(graph), types=", ".join(frame_types(role)),
+                                     limit=int(limit))
 
 
 @dataclass
@@ -85,7 +84,7 @@ class Projector:
         with self._lock:
             stale = [k for k, v in self.views.items()
                      if iri in v.used or (node_type is not None
-                                          and f"gl:{node_type}" in FRAMES[k[0]]["types"])]
+                                          and f"gl:{node_type}" in frame_types(k[0]))]
             for k in stale:
                 del self.views[k]
         return len(stale)

@@ -1,4 +1,4 @@
-"""Coherence: the MESI cache-coherence engine for the shared RDF blackboard (issue 12).
+"""Coherence: the MESI cache-coherence engine for the shared RDF blackboard.
 
 The package holds the protocol (a pure transition table over Modified / Exclusive / Shared /
 Invalid), the directory service that tracks which agent caches hold which node, the per-agent

@@ -80,8 +80,12 @@ Directory entry (``pending`` = the one transaction in flight; ``queue`` = reques
     any      answer with a stale seq, StoreWritten of another version -> ignored
 
 Not here: store failures (a write whose store never confirms stays pending and unacknowledged),
-rebuilding entries after a directory restart (from the store, ``service.py``), and the async
+rebuilding entries after a directory restart (from the store, ``directory.py``), and the async
 service.
+
+The module is past 600 lines on purpose: it is the protocol's specification, the two tables above
+and the transition functions that implement them, read and property-tested together
+(``tests/memory/test_coherence_protocol.py``). Split, a table row and its code would drift apart.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """L3 views through a coherence cache: role briefings built from node lines, re-sent as changes.
 
 ``projection.Projector`` builds a role's view with one CONSTRUCT on the board. ``CoherentViews``
-builds the same frame (``projection.FRAMES``: the node types a role is shown, those ``partOf``
+builds the same frame (``projection.frame_types``: the node types a role is shown, those ``partOf``
 the job) from lines of a ``service.Cache``: the index lines of the frame's types
 (``ingest.index_iri``) name the members, and each member is read as its own line. So a view is
 current exactly while every line it used is valid in the cache: an invalidation from the
@@ -36,18 +36,13 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from gliding.errors import GlidingError
-from gliding.memory.board.projection import FRAMES
+from gliding.memory.board.projection import frame_types
 from gliding.memory.board.vocabulary import VocabularyError, from_jsonld
-from gliding.memory.coherence.service import Cache
+from gliding.memory.coherence.cache import Cache
 from gliding.memory.ingest.ingestor import index_iri
 
 log = structlog.get_logger("gliding.memory")
 
-FRAME_TYPES: dict[str, tuple[str, ...]] = {
-    role: tuple(t.strip().removeprefix("gl:") for t in frame["types"].split(","))
-    for role, frame in FRAMES.items()
-}
-"""The node types each role's view shows (those of its ``projection.FRAMES`` query)."""
 
 
 @dataclass
@@ -115,8 +110,8 @@ class CoherentViews:
         if known is not None and self._current(known):
             self.stats.reused += 1
             return known
-        index = await self.cache.read_many([index_iri(graph, t) for t in FRAME_TYPES[role]],
-                                           shared=True)
+        types = [t.removeprefix("gl:") for t in frame_types(role)]
+        index = await self.cache.read_many([index_iri(graph, t) for t in types], shared=True)
         members = sorted({m for line in index.values() if line.value
                           for m in json.loads(line.value)})
         read = await self.cache.read_many(members, shared=True)

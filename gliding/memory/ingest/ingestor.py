@@ -51,7 +51,8 @@ from gliding.core.crashpoints import crash_point
 from gliding.core.iri import hashed_segment, parse_iri, parse_step_session, record_iri
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
-from gliding.memory.archive.store import Archive, ArchivedItem
+from gliding.memory.archive.records import ArchivedItem
+from gliding.memory.archive.store import Archive
 from gliding.memory.board.blackboard import Blackboard, sparql_iri
 from gliding.memory.board.vocabulary import (
     NS,
@@ -416,7 +417,7 @@ def _write_all(nodes: Sequence[Mapping[str, Any]], write: Callable[[Mapping[str,
 
 INDEXED = frozenset({"Plan", "Step", "Artifact", "CheckReport", "Decision"})
 """The node types whose members (those ``partOf`` something) an index line lists: what the
-roles' briefings show (``projection.FRAMES``)."""
+roles' briefings show (``projection.frame_types``)."""
 
 
 def index_iri(graph: str, kind: str) -> str:

@@ -272,7 +272,7 @@ class KnowledgeMemory:
                         shared = (self._index_factory(embedder.dim)
                                   if self._index_factory is not None else None)
                         self.index.attach_embedder(embedder, shared)
-                    except Exception as exc:  # recall goes on by words and graph
+                    except Exception as exc:  # noqa: BLE001 - recall goes on by words and graph
                         log.warning("vectors.attach.failed",
                                     error=f"{type(exc).__name__}: {exc}",
                                     using="lexical and graph recall")

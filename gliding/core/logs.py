@@ -1,5 +1,6 @@
-"""What the CLI writes on stderr: structlog set up once (console or JSON lines at the configured
-level), the lines meant for the person at the terminal (``say``), and text made safe to show.
+"""What the front doors write on stderr: structlog set up once (console or JSON lines at the
+configured level), the lines meant for the person at the terminal (``say``), and text made
+safe to show.
 
 With ``log_format: json`` every line on stderr is one JSON object: log lines, the messages
 ``say`` writes (progress, errors, notes), and records of the standard ``logging`` module that
@@ -133,7 +134,7 @@ class _JSONRecords(logging.Handler):
             if record.exc_info and record.exc_info[1] is not None:
                 data["exception"] = traceback_text(record.exc_info[1])
             sys.stderr.write(json_line(data) + "\n")
-        except Exception:  # a logging handler must not raise (logging.Handler's contract)
+        except Exception:  # noqa: BLE001 - a logging handler must not raise (logging.Handler's contract)
             self.handleError(record)
 
 

@@ -1,4 +1,5 @@
-"""How a job looks on the terminal: one progress line per event, the final report, and its JSON.
+"""How a job looks to a person, for both front doors (the CLI and the MCP server): one
+progress line per event, the final report and its JSON, the daemon's records as lines.
 
 Much of what is shown was written by a model (turn summaries, plans, AA's report, check
 evidence quoting a file, paths). None of it reaches the terminal raw: a progress line and each
@@ -17,7 +18,8 @@ from typing import Any
 import structlog
 
 from gliding.bus.messages import JobEvent
-from gliding.cli.logs import terminal_safe
+from gliding.core import events
+from gliding.core.logs import terminal_safe
 from gliding.core.messages import Usage
 from gliding.core.prices import CostTotal
 from gliding.core.text import clip, error_line
@@ -31,12 +33,18 @@ LINE_CHARS = 2000  # a progress line, at most
 
 def progress_line(event: JobEvent) -> str | None:
     """The line shown for ``event`` (one line, control characters escaped, at most
-    LINE_CHARS), or None. An event whose data has another shape than its name promises (a
-    field missing, of another type: a forged or newer event) is not shown, and logged once
-    per name: rendering never raises into the job that emitted it."""
+    LINE_CHARS), or None. An event this Gliding does not know (``gliding.core.events``: a
+    newer one) is skipped with a debug log; one whose data has another shape than its name
+    promises (a field missing, of another type: a forged event) is not shown, and logged
+    once per name: rendering never raises into the job that emitted it."""
+    if event.event not in events.EVENTS:
+        structlog.get_logger("gliding.cli").debug(
+            "cli.event.unknown", event_name=str(event.event)[:100],
+            schema_version=event.schema_version)
+        return None
     try:
         line = _progress_line(event)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a forged or newer event must not stop a job
         _unrendered(event, exc)
         return None
     return None if line is None else clip(terminal_safe(line), LINE_CHARS)
@@ -56,36 +64,36 @@ def _progress_line(event: JobEvent) -> str | None:
     d = event.data
     if not isinstance(d, dict):
         raise TypeError(f"data is a {type(d).__name__}, not a mapping")
-    if event.event == "job.started":
+    if event.event == events.JobStarted.name:
         return f"job {event.job}: pipeline {' → '.join(d['pipeline'])} ({d['kind']}: {d['reason']})"
-    if event.event == "job.sandbox":
+    if event.event == events.JobSandbox.name:
         if event.data.get("confined"):
             return f"job {event.job}: {event.data['line']}"
         return f"job {event.job}: WARNING {UNPROTECTED}"
-    if event.event == "job.toolchain.refused":
+    if event.event == events.ToolchainRefused.name:
         return f"job {event.job}: toolchain: not mounted {d['path']} ({d['what']}): {d['why']}"
-    if event.event == "job.workspace_changed":
+    if event.event == events.WorkspaceChanged.name:
         return (f"job {event.job}: the workspace changed since the job last recorded it; "
                 "the agents go on with it as it is now")
-    if event.event == "role.started":
+    if event.event == events.RoleStarted.name:
         return f"[{d['role']}] started (cycle {d['cycle']}, attempt {d['attempt']})"
-    if event.event == "turn":
+    if event.event == events.Turn.name:
         cost = CostTotal(float(d["job_cost_usd"]), int(d.get("job_unpriced_calls") or 0))
         return (f"[{d['role']} turn {d['turn']}] {d['summary']}  "
                 f"| prompt {d['prompt_tokens']} tok, job {d['job_prompt_tokens']} tok, "
                 f"{cost.text(free=d.get('cost_free'))}")
-    if event.event == "role.finished":
+    if event.event == events.RoleFinished.name:
         replayed = f", {d['replayed']} replayed from the archive" if d.get("replayed") else ""
         return f"[{d['role']}] {d['status']} after {d['turns']} turn(s){replayed}"
-    if event.event == "check.report":
+    if event.event == events.CheckReport.name:
         if d["passed"]:
             return f"[CA] all checks passed → {d['next']}"
         failed = "; ".join(d.get("failed") or ()) or "a check failed"
         return f"[CA] FAIL {failed} → {d['next']}"
-    if event.event == "llm.retry":
+    if event.event == events.LLMRetry.name:
         return (f"[{d['session']}] model {d['model']}: {d['fault']}, retry "
                 f"{d['retry']}/{d['retries']} in {d['delay_s']:.1f}s")
-    if event.event == "llm.fallback":
+    if event.event == events.LLMFallback.name:
         return (f"[{d['session']}] model {d['model']}: {d['fault']}, retries spent → "
                 f"falling back to {d['next_model']}")
     return None
@@ -266,18 +274,18 @@ def event_line(record: dict[str, Any]) -> str:
 
 
 def _daemon_event(name: str, d: dict[str, Any]) -> str:
-    if name == "job.queued":
+    if name == events.JobQueued.name:
         return "queued again (to resume)" if d.get("resume") else f"queued: {d.get('goal', '')}"
-    if name == "job.dispatched":
+    if name == events.JobDispatched.name:
         again = "resumed" if int(d.get("run") or 1) > 1 else "started"
         return f"{again} by the daemon (run {d.get('run')}, {d.get('running')} running)"
-    if name == "job.finished":
+    if name == events.JobFinished.name:
         return f"finished: {d.get('outcome')}"
-    if name == "job.cancelled":
+    if name == events.JobCancelled.name:
         return "cancelled" + ("" if d.get("ran") else " before it started")
-    if name == "job.stopped":
+    if name == events.JobStopped.name:
         return f"stopped: {d.get('error')}"
-    if name == "job.suspended":
+    if name == events.JobSuspended.name:
         return "suspended: the daemon stopped; it resumes the job when it starts again"
     return f"{name} {json.dumps(d, ensure_ascii=False, default=str)[:300]}"
 
