@@ -9,4 +9,5 @@ export HF_HUB_OFFLINE=1
 .venv/bin/ruff check gliding tests scripts
 .venv/bin/lint-imports
 .venv/bin/mypy gliding
-.venv/bin/python -m pytest -q -m "not slow and not heavy" "$@"
+# two test processes (pytest-xdist) on a two-core machine; GLIDING_TEST_WORKERS=0 runs serially
+.venv/bin/python -m pytest -q -n "${GLIDING_TEST_WORKERS:-2}" -m "not slow and not heavy" "$@"

@@ -18,6 +18,7 @@ map; a model in neither is an unpriced call (``Usage.unpriced_calls``), never a 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -51,6 +52,7 @@ def prepare_offline_environment() -> None:
 
 
 _LOADED: list[Any] = []  # litellm, once _litellm has imported and set it up
+LITELLM_LAZY_IMPORTS = ("fastapi", "fastapi.routing")
 
 
 def _litellm() -> Any:
@@ -63,6 +65,11 @@ def _litellm() -> Any:
         raise LLMError("litellm is not installed", hint="run scripts/setup.sh") from exc
     litellm.telemetry = False
     litellm.suppress_debug_info = True
+    # what litellm imports on its first call or its first error (fastapi, for the exception
+    # types it maps provider errors to): here, on the thread, not on the event loop later
+    for lazy in LITELLM_LAZY_IMPORTS:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(lazy)
     _LOADED[:] = [litellm]
     return litellm
 

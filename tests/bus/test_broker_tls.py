@@ -5,7 +5,6 @@ with a ``BusError`` that says why (not a hang, not a traceback)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,7 +88,7 @@ def test_a_signed_message_crosses_the_tls_broker_and_wrong_clients_are_refused(
         "the system's CAs": (f"mqtts://127.0.0.1:{port}", None),
         "plain MQTT": (f"mqtt://127.0.0.1:{port}", None),
     }
-    refused: dict[str, tuple[str, str, float]] = {}
+    refused: dict[str, tuple[str, str]] = {}
 
     async def main() -> JobEvent:
         async with MQTTBus(f"mqtts://127.0.0.1:{port}", ca_file=ca_file, auth=auth,
@@ -101,20 +100,18 @@ def test_a_signed_message_crosses_the_tls_broker_and_wrong_clients_are_refused(
             with anyio.fail_after(10):
                 got = (await sub.receive()).message
         for name, (url, ca) in tries.items():
-            started = time.monotonic()
             with pytest.raises(BusError) as caught:
                 async with MQTTBus(url, ca_file=ca, connect_timeout_s=CONNECT_S,
                                    username="gliding", password=password):
                     pass
-            refused[name] = (caught.value.message, caught.value.hint or "",
-                             time.monotonic() - started)
+            refused[name] = (caught.value.message, caught.value.hint or "")
         assert isinstance(got, JobEvent)
         return got
 
     assert anyio.run(main) == JobEvent(job="j1", event="signed")
-    for name, (message, _hint, took) in refused.items():
+    for name, (message, _hint) in refused.items():
         assert message.startswith("cannot connect to the MQTT broker at mqtt"), name
-        assert took < CONNECT_S / 2, (name, took)  # refused, not timed out
+        assert f"no answer within {CONNECT_S:g}s" not in message, name  # refused, not timed out
     assert "CERTIFICATE_VERIFY_FAILED" in refused["another CA"][0]
     assert "bus.ca_file" in refused["another CA"][1]
     assert "CERTIFICATE_VERIFY_FAILED" in refused["the system's CAs"][0]

@@ -51,11 +51,10 @@ def raw_group(*args: str, max_result_bytes: int = KIB, timeout_s: float = 60,
                     MCPSettings(max_result_bytes=max_result_bytes, timeout_s=timeout_s))
 
 
-async def timed_failure(g: MCPGroup, tool: str, args: dict[str, Any]) -> tuple[str, float]:
-    started = time.monotonic()
+async def failure(g: MCPGroup, tool: str, args: dict[str, Any]) -> str:
     with pytest.raises(ToolError) as caught:
         await g.call(tool, args)
-    return caught.value.message, time.monotonic() - started
+    return caught.value.message
 
 
 # --- stdio: the message bound --------------------------------------------------------------
@@ -67,37 +66,36 @@ def test_an_answer_over_the_message_limit_fails_its_call_fast_and_the_session_go
     line is dropped as it arrives, and the next call on the same session answers."""
     g = raw_group()
 
-    async def main() -> tuple[list[str], float, int, list[str]]:
+    async def main() -> tuple[list[str], int, list[str]]:
         await g.open()
         errors, answers = [], []
         try:
             tracemalloc.start()
             try:
-                message, took = await timed_failure(g, "huge", {"size": 50 << 20})
+                message = await failure(g, "huge", {"size": 50 << 20})
                 answers.append((await g.call("echo", {"text": "after 50 MB"})).text)
                 peak = tracemalloc.get_traced_memory()[1]
             finally:
                 tracemalloc.stop()
             errors.append(message)
             # the id after the result: found at the line's end
-            errors.append((await timed_failure(g, "huge", {"size": 3 << 20,
-                                                           "id_last": True}))[0])
+            errors.append(await failure(g, "huge", {"size": 3 << 20, "id_last": True}))
             # a huge notification is dropped; the answer after it arrives
             answers.append((await g.call("shout_notice", {"size": 3 << 20})).text)
             answers.append((await g.call("echo", {"text": "still here"})).text)
         finally:
             await g.aclose()
-        return errors, took, peak, answers
+        return errors, peak, answers
 
-    errors, took, peak, answers = anyio.run(main)
+    errors, peak, answers = anyio.run(main)
 
+    # "was over": the call failed while the line still came in, before its size was known
     assert errors[0].startswith("huge: server raw: the server's answer was over ")
     assert errors[0].endswith(f"bytes, more than the {LIMIT:,} bytes one MCP message may "
                               "take (8 × mcp.max_result_bytes + 1 MiB); it was dropped unread")
     assert errors[1] == (f"huge: server raw: the server's answer was {(3 << 20) + 82:,} bytes, "
                          f"more than the {LIMIT:,} bytes one MCP message may take (8 × "
                          "mcp.max_result_bytes + 1 MiB); it was dropped unread")
-    assert took < 5
     assert peak < 16 << 20, f"peak {peak >> 20} MiB"
     assert answers == ["after 50 MB", "after the notice", "still here"]
     assert g.session.gone is None
@@ -108,20 +106,20 @@ def test_low_mcp_nested_answer() -> None:
     limit); it waited the whole call timeout, and now fails its call at once."""
     g = raw_group(timeout_s=60)
 
-    async def main() -> tuple[str, float, str]:
+    async def main() -> tuple[str, str]:
         await g.open()
         try:
-            message, took = await timed_failure(g, "nested", {"depth": 100_000})
+            message = await failure(g, "nested", {"depth": 100_000})
             after = (await g.call("echo", {"text": "next"})).text
         finally:
             await g.aclose()
-        return message, took, after
+        return message, after
 
-    message, took, after = anyio.run(main)
+    message, after = anyio.run(main)
 
+    # the parse error failed the call, not the 60 s call timeout (that would say "timed out")
     assert message.startswith("nested: server raw: the server's answer could not be read: "
                               "Invalid JSON: recursion limit exceeded")
-    assert took < 5
     assert after == "next"
 
 
@@ -145,15 +143,19 @@ def test_lines_hold_at_most_the_limit_and_report_a_longer_line_with_its_ends() -
 
 
 def test_a_long_line_is_split_in_linear_time() -> None:
-    """16 MiB in 64 KiB chunks: the SDK's ``(buffer + chunk).split`` copies ~2 GB for it."""
+    """16 MiB in 64 KiB chunks: the SDK's ``(buffer + chunk).split`` copies ~2 GB for it.
+    Linear, because each chunk is appended to one buffer, grown in place, never copied whole
+    (that the buffer stays the same object is what is checked, not how long it took)."""
     lines = Lines(32 << 20)
     chunk = b"x" * (64 << 10)
-    started = time.monotonic()
-    for _ in range(256):
+    assert lines.feed(chunk) == []
+    buffer = lines._line  # noqa: SLF001 - the one buffer is the point
+    for _ in range(255):
         assert lines.feed(chunk) == []
+        assert lines._line is buffer  # noqa: SLF001
+    assert len(buffer) == 16 << 20
     (line,) = lines.feed(b"\n")
     assert isinstance(line, Line) and len(line.data) == 16 << 20
-    assert time.monotonic() - started < 1
 
 
 def test_top_level_finds_the_message_id_and_method_without_recursing() -> None:
@@ -162,9 +164,7 @@ def test_top_level_finds_the_message_id_and_method_without_recursing() -> None:
     assert top_level(b'{"id": "abc", "method": "ping"}') == ("abc", True)
     assert top_level(b'{"method":"notifications/message","params":{"id":3}}') == (None, True)
     deep = b'{"jsonrpc":"2.0","id":4,"result":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    started = time.monotonic()
-    assert top_level(deep) == (4, False)
-    assert time.monotonic() - started < 1
+    assert top_level(deep) == (4, False)  # recursing, it would hit the recursion limit
 
 
 def test_replies_fail_the_request_a_dropped_answer_was_for_and_only_waiting_ones() -> None:
@@ -282,7 +282,7 @@ def test_an_http_answer_over_the_message_limit_fails_its_call_and_the_session_go
     async def main() -> tuple[str, str]:
         await g.open()
         try:
-            message = (await timed_failure(g, "big", {"size": 5 << 20}))[0]
+            message = await failure(g, "big", {"size": 5 << 20})
             return message, (await g.call("echo", {"text": "again"})).text
         finally:
             await g.aclose()

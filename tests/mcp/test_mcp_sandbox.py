@@ -19,7 +19,7 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -67,13 +67,20 @@ def secret(tmp_path: Path) -> Path:
     return path
 
 
-def _box(tmp_path: Path, *, network: bool = False) -> Sandbox:
-    """The sandbox a job's commands get here: the settings' mode and limits, the task's
-    network, the toolchain this process resolves (its python3)."""
+@pytest.fixture
+def box(tmp_path: Path) -> Callable[..., Sandbox]:
+    """Makes the sandbox a job's commands get here: the settings' mode and limits, the task's
+    network, the toolchain this process resolves (its python3). The toolchain is resolved
+    here, in a sync fixture: it runs a subprocess probe, which must not block a test's loop."""
     tools = ToolSettings()
     toolchain = resolve_toolchain(tools, None, data_dir=tmp_path / "data",
                                   environ=dict(os.environ))
-    return Sandbox.of(tools, network=network, hidden=(tmp_path / "data",), toolchain=toolchain)
+
+    def make(*, network: bool = False) -> Sandbox:
+        return Sandbox.of(tools, network=network, hidden=(tmp_path / "data",),
+                          toolchain=toolchain)
+
+    return make
 
 
 PROBE_SERVER = MCPServerSettings(command="python3", args=("probe.py",))
@@ -145,8 +152,8 @@ def _sleepers(mark: str) -> list[int]:
 
 @pytest.mark.anyio
 async def test_a_task_server_answers_its_tool_calls_from_inside_the_sandbox(
-        ws: Path, tmp_path: Path) -> None:
-    group = _group(ws, _box(tmp_path))
+        ws: Path, tmp_path: Path, box: Callable[..., Sandbox]) -> None:
+    group = _group(ws, box())
     assert group.sandboxed
     written, read, where = await _calls(group, ("write", {"path": "out.txt", "text": "made"}),
                                         ("read", {"path": "out.txt"}), ("where", {}))
@@ -160,7 +167,7 @@ async def test_a_task_server_answers_its_tool_calls_from_inside_the_sandbox(
 
 
 def test_a_task_server_gets_env_allow_as_commands_do_and_npm_offline(
-        ws: Path, tmp_path: Path) -> None:
+        ws: Path, tmp_path: Path, box: Callable[..., Sandbox]) -> None:
     environ = {"PATH": "/usr/bin:/bin", "DEPLOY_TOKEN": "t0ken", "LANG": "C.UTF-8",
                "GITHUB_TOKEN": "gh"}
     server = PROBE_SERVER.model_copy(update={"pass_env": ("GITHUB_TOKEN",),
@@ -172,7 +179,7 @@ def test_a_task_server_gets_env_allow_as_commands_do_and_npm_offline(
                          sandbox=sandbox)
         return group.session.target.env  # type: ignore[union-attr]
 
-    confined, host = env(_box(tmp_path)), env(None)
+    confined, host = env(box()), env(None)
     assert "DEPLOY_TOKEN" not in confined and host["DEPLOY_TOKEN"] == "t0ken"
     assert confined["GITHUB_TOKEN"] == "gh"  # named by pass_env: copied, as before
     assert confined["OWN"] == str(ws) and confined["LANG"] == "C.UTF-8"
@@ -182,11 +189,11 @@ def test_a_task_server_gets_env_allow_as_commands_do_and_npm_offline(
 
 @pytest.mark.anyio
 async def test_a_task_servers_cwd_inside_the_workspace_is_where_it_starts(
-        ws: Path, tmp_path: Path) -> None:
+        ws: Path, tmp_path: Path, box: Callable[..., Sandbox]) -> None:
     (ws / "sub").mkdir()
     shutil.move(ws / "probe.py", ws / "sub" / "probe.py")
     server = MCPServerSettings(command="python3", args=("probe.py",), cwd="sub")
-    (where,) = await _calls(_group(ws, _box(tmp_path), server), ("where", {}))
+    (where,) = await _calls(_group(ws, box(), server), ("where", {}))
     assert json.loads(where)["cwd"] == str(ws / "sub")
 
 
@@ -195,10 +202,10 @@ async def test_a_task_servers_cwd_inside_the_workspace_is_where_it_starts(
 
 @pytest.mark.anyio
 async def test_a_task_server_cannot_read_a_file_outside_the_workspace(
-        ws: Path, tmp_path: Path, secret: Path) -> None:
+        ws: Path, tmp_path: Path, secret: Path, box: Callable[..., Sandbox]) -> None:
     (unconfined,) = await _calls(_group(ws, None), ("read", {"path": str(secret)}))
     assert unconfined == SECRET  # the host can read it: the file is a real secret
-    (read,) = await _calls(_group(ws, _box(tmp_path)), ("read", {"path": str(secret)}))
+    (read,) = await _calls(_group(ws, box()), ("read", {"path": str(secret)}))
     assert read.startswith("error: read (server probe): FileNotFoundError"), read
     assert SECRET not in read
 
@@ -206,11 +213,11 @@ async def test_a_task_server_cannot_read_a_file_outside_the_workspace(
 @pytest.mark.anyio
 @pytest.mark.parametrize("where", ["parent", "/usr", "home"])
 async def test_a_task_server_cannot_write_outside_the_workspace(
-        ws: Path, tmp_path: Path, where: str) -> None:
+        ws: Path, tmp_path: Path, where: str, box: Callable[..., Sandbox]) -> None:
     base = {"parent": str(tmp_path), "home": os.path.expanduser("~")}.get(where, where)
     target = Path(base) / f"gliding-probe-{uuid.uuid4().hex}"
     try:
-        (written,) = await _calls(_group(ws, _box(tmp_path)),
+        (written,) = await _calls(_group(ws, box()),
                                   ("write", {"path": str(target), "text": "planted"}))
         if where == "/usr":  # read-only in the sandbox; elsewhere it lands in a private tmpfs
             assert "Read-only file system" in written, written  # or nowhere at all
@@ -225,12 +232,12 @@ async def test_a_task_server_cannot_write_outside_the_workspace(
 
 @pytest.mark.anyio
 async def test_a_task_server_has_no_network_without_network_true(
-        ws: Path, tmp_path: Path) -> None:
+        ws: Path, tmp_path: Path, box: Callable[..., Sandbox]) -> None:
     with _listener() as listener:
         port = listener.getsockname()[1]
-        (refused,) = await _calls(_group(ws, _box(tmp_path)), ("connect", {"port": port}))
+        (refused,) = await _calls(_group(ws, box()), ("connect", {"port": port}))
         none = await anyio.to_thread.run_sync(_accepted, listener, 0.3)
-        (reached,) = await _calls(_group(ws, _box(tmp_path, network=True)),
+        (reached,) = await _calls(_group(ws, box(network=True)),
                                   ("connect", {"port": port}))
         one = await anyio.to_thread.run_sync(_accepted, listener, 2.0)
     assert refused.startswith("error: connect (server probe): "), refused
@@ -240,7 +247,8 @@ async def test_a_task_server_has_no_network_without_network_true(
 
 @pytest.mark.anyio
 async def test_no_process_of_a_task_server_outlives_it_and_its_cgroup_is_removed(
-        ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        box: Callable[..., Sandbox]) -> None:
     made: list[Path] = []
     real = confined_module.make_pids_cgroup
 
@@ -252,13 +260,13 @@ async def test_no_process_of_a_task_server_outlives_it_and_its_cgroup_is_removed
 
     monkeypatch.setattr(confined_module, "make_pids_cgroup", spy)
     mark = f"1000.{uuid.uuid4().int % 10**12:012d}"  # a valid `sleep` argument
-    group = _group(ws, _box(tmp_path))
+    group = _group(ws, box())
     await group.open()
     try:
         spawned = await group.call("spawn", {"mark": mark})  # in a session of its own
         deadline = time.monotonic() + 3
         while not _sleepers(mark) and time.monotonic() < deadline:
-            time.sleep(0.05)
+            await anyio.sleep(0.05)
         assert _sleepers(mark), f"the probe did not start its child: {spawned.text}"
         for cgroup in made:  # where the host lets Gliding make one, it holds the server's
             assert (cgroup / "pids.max").read_text().strip() == str(_limit(group))
@@ -268,7 +276,7 @@ async def test_no_process_of_a_task_server_outlives_it_and_its_cgroup_is_removed
         await group.aclose()
     deadline = time.monotonic() + 3
     while _sleepers(mark) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        await anyio.sleep(0.05)
     assert _sleepers(mark) == []
     assert [p for p in made if p.exists()] == []
 
@@ -284,11 +292,11 @@ def _limit(group: MCPGroup) -> int:
 
 @pytest.mark.anyio
 async def test_a_host_configured_server_is_unchanged_and_a_task_server_is_confined(
-        ws: Path, tmp_path: Path, secret: Path) -> None:
+        ws: Path, tmp_path: Path, secret: Path, box: Callable[..., Sandbox]) -> None:
     settings = MCPSettings(servers={"host": PROBE_SERVER.model_copy(update={
         "command": os.path.realpath(shutil.which("python3") or "python3")})})
     host, task = mcp_groups(settings, {"task": PROBE_SERVER}, workspace=ws,
-                            env_allow=ToolSettings().env_allow, sandbox=_box(tmp_path))
+                            env_allow=ToolSettings().env_allow, sandbox=box())
     assert (host.server_name, host.sandboxed) == ("host", False)
     assert (task.server_name, task.sandboxed) == ("task", True)
     (by_host,) = await _calls(host, ("read", {"path": str(secret)}))
@@ -299,10 +307,10 @@ async def test_a_host_configured_server_is_unchanged_and_a_task_server_is_confin
 
 @pytest.mark.anyio
 async def test_a_task_server_that_replaces_a_host_server_of_its_name_is_confined(
-        ws: Path, tmp_path: Path) -> None:
+        ws: Path, tmp_path: Path, box: Callable[..., Sandbox]) -> None:
     settings = MCPSettings(servers={"probe": PROBE_SERVER})
     (group,) = mcp_groups(settings, {"probe": PROBE_SERVER}, workspace=ws,
-                          sandbox=_box(tmp_path))
+                          sandbox=box())
     assert group.sandboxed
 
 

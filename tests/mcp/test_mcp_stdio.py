@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import anyio
@@ -130,24 +129,22 @@ def test_an_is_error_result_is_a_tool_error_the_model_reads(tmp_path: Path) -> N
 def test_a_call_past_its_timeout_fails_and_the_server_still_answers(tmp_path: Path) -> None:
     g = group(everything(), timeout_s=1)
 
-    async def main() -> tuple[str, float, str]:
+    async def main() -> tuple[str, str]:
         await g.open()
         try:
             tools = ToolGroupManager([g]).toolset(["mcp_everything"])
-            began = time.monotonic()
             slow = await tools.call("everything__trigger-long-running-operation",
                                     {"duration": 10, "steps": 2}, _ctx(tmp_path))
-            took = time.monotonic() - began
             after = await tools.call("everything__echo", {"message": "still here"},
                                      _ctx(tmp_path))
-            return slow.output, took, after.output
+            return slow.output, after.output
         finally:
             await g.aclose()
 
-    slow, took, after = anyio.run(main)
+    slow, after = anyio.run(main)
+    # the 1 s timeout ended it; the 10 s operation, run to its end, would have succeeded
     assert slow.startswith("error: trigger-long-running-operation timed out after 1s")
     assert "raise mcp.timeout_s" in slow
-    assert took < 5
     assert after == "Echo: still here"
 
 
@@ -195,15 +192,14 @@ def test_a_server_killed_mid_call_is_a_tool_error_and_later_calls_say_so(
                 tg.start_soon(kill)
                 during = await tools.call("everything__trigger-long-running-operation",
                                           {"duration": 10, "steps": 2}, _ctx(tmp_path))
-            began = time.monotonic()
             later = await tools.call("everything__echo", {"message": "x"}, _ctx(tmp_path))
-            return during.output, later.output, time.monotonic() - began
+            return during.output, later.output
         finally:
             await g.aclose()
 
-    during, later, took = anyio.run(main)
+    during, later = anyio.run(main)
     assert during.startswith("error: server everything exited: its connection closed")
-    assert later == during and took < 0.5  # known dead: no wait, the same reason
+    assert later == during  # known dead: not tried again, the same reason
     assert "do not call this server's tools again" in later
     assert not alive(read_pid(pidfile))
 
@@ -230,19 +226,19 @@ def test_the_server_process_is_gone_after_aclose(tmp_path: Path) -> None:
 def test_a_cancelled_call_is_cancelled_at_the_server_too(tmp_path: Path) -> None:
     g = group(everything())
 
-    async def main() -> tuple[float, str]:
+    async def main() -> tuple[bool, str]:
         await g.open()
         try:
-            began = time.monotonic()
-            with anyio.move_on_after(0.5):
+            with anyio.move_on_after(0.5) as scope:
                 await g.call("trigger-long-running-operation", {"duration": 10, "steps": 2})
-            took = time.monotonic() - began
-            return took, (await g.call("echo", {"message": "next"})).text
+            return scope.cancelled_caught, (await g.call("echo", {"message": "next"})).text
         finally:
             await g.aclose()
 
-    took, after = anyio.run(main)
-    assert took < 2 and after == "Echo: next"
+    # the call gave way to the cancellation (one that waited the 10 s out would have returned
+    # its result, and nothing would have been caught), and the session answers the next one
+    cancelled, after = anyio.run(main)
+    assert cancelled and after == "Echo: next"
 
 
 def test_servers_that_cannot_start_leave_their_groups_unavailable_not_the_job(
@@ -306,7 +302,7 @@ def test_closing_the_group_under_a_call_ends_the_call_with_a_tool_error(tmp_path
     pidfile = tmp_path / "server.pid"
     g = group(everything(pidfile))
 
-    async def main() -> tuple[str, float]:
+    async def main() -> str:
         await g.open()
         tools = ToolGroupManager([g]).toolset(["mcp_everything"])
         outputs: list[str] = []
@@ -316,14 +312,14 @@ def test_closing_the_group_under_a_call_ends_the_call_with_a_tool_error(tmp_path
                                        {"duration": 20, "steps": 2}, _ctx(tmp_path))
             outputs.append(outcome.output)
 
-        began = time.monotonic()
         async with anyio.create_task_group() as tg:
             tg.start_soon(slow)
             await anyio.sleep(0.5)
             await g.aclose()
-        return outputs[0], time.monotonic() - began
+        return outputs[0]
 
-    output, took = anyio.run(main)
+    # ended by the close, not by the 20 s operation (that would have succeeded)
+    output = anyio.run(main)
     assert output == ("error: trigger-long-running-operation: server everything was stopped "
                       "while it ran (the job is closing its tools)")
-    assert took < 15 and not alive(read_pid(pidfile))
+    assert not alive(read_pid(pidfile))

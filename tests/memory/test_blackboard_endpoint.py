@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -87,11 +86,11 @@ def test_an_endpoint_that_trickles_its_answer_times_out_at_the_deadline() -> Non
         server.start()
         board = SparqlEndpointBlackboard.for_oxigraph(
             f"http://127.0.0.1:{listener.getsockname()[1]}")
-        start = time.monotonic()
         try:
-            with pytest.raises(QueryTimeout):
+            # the server trickles for ever, so a read timeout never fires: only the bound on the
+            # whole request ends this (without it, the test's own timeout would)
+            with pytest.raises(QueryTimeout, match=r"did not .* within 0\.5 s"):
                 board.query("SELECT * WHERE { ?s ?p ?o }", timeout_s=0.5)
-            assert time.monotonic() - start < 1.5
         finally:
             stop.set()
             server.join()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import given
@@ -70,15 +68,21 @@ def test_search_after_more_documents_sees_them() -> None:
     assert bm25.search("violin", 1)[0][0] == "f"
 
 
-def test_ingest_is_thousands_of_documents_a_second() -> None:
+def test_an_ingest_of_thousands_of_documents_indexes_every_one() -> None:
+    """Correctness at scale; how fast ingest is belongs to the memory benchmark
+    (``ingest_turns_per_s`` in scripts/bench_memory.py), not to a test."""
     words = [f"word{i}" for i in range(500)]
     rng = np.random.default_rng(0)
     texts = [" ".join(rng.choice(words, 25)) for _ in range(5000)]
     bm25 = BM25Index()
-    started = time.perf_counter()
     bm25.add([str(i) for i in range(len(texts))], texts)
-    assert len(texts) / (time.perf_counter() - started) > 2000
-    assert len(bm25.search("word1 word2", 10)) == 10
+    assert len(bm25) == 5000
+    hits = bm25.search("word1 word2", 10)
+    assert len(hits) == 10
+    for doc_id, _score in hits:
+        assert {"word1", "word2"} & set(texts[int(doc_id)].split()), doc_id
+    both = [i for i, t in enumerate(texts) if {"word1", "word2"} <= set(t.split())]
+    assert both and int(hits[0][0]) in both  # a document with both words ranks first
 
 
 @given(st.lists(st.floats(-5, 5, allow_nan=False), min_size=1, max_size=40),

@@ -105,11 +105,10 @@ class Watch:
                     self.seen[pid] = max(size, self.seen.get(pid, 0))
 
 
-def timed(call: Callable[[], Any]) -> tuple[BaseException, float]:
-    start = time.monotonic()
+def refused(call: Callable[[], Any]) -> BaseException:
     with pytest.raises((QueryTimeout, QueryTooLarge)) as caught:
         call()
-    return caught.value, time.monotonic() - start
+    return caught.value
 
 
 def cpu_over(seconds: float) -> float:
@@ -122,9 +121,9 @@ def cpu_over(seconds: float) -> float:
 def test_a_query_past_its_timeout_is_stopped_and_its_process_is_gone(
         board: OxigraphBlackboard) -> None:
     with Watch() as watch:
-        error, elapsed = timed(lambda: board.query(ENDLESS, timeout_s=0.5))
-    assert isinstance(error, QueryTimeout) and "stopped" in error.message
-    assert 0.5 <= elapsed < 2.0
+        error = refused(lambda: board.query(ENDLESS, timeout_s=0.5))
+    assert isinstance(error, QueryTimeout)
+    assert error.message == "the query ran past 0.5 s and was stopped"  # its deadline ended it
     assert watch.seen, "the query ran in a child process"
     assert not any(Path(f"/proc/{pid}").exists() for pid in watch.seen)  # killed and reaped
     # nothing of the query runs on in this process either (a thread would burn a whole core:
@@ -139,11 +138,12 @@ def anyio_backend() -> str:
 
 @pytest.mark.anyio
 async def test_four_timed_out_queries_in_a_row_leave_memory_working(tmp_path: Path) -> None:
+    counter = await anyio.to_thread.run_sync(TokenCounter)  # loads its encoding: off the loop
     with OxigraphBlackboard.open(tmp_path / "bb") as store:
-        memory = KnowledgeMemory(lines(store), TokenCounter().count)
+        memory = KnowledgeMemory(await anyio.to_thread.run_sync(lines, store), counter.count)
         memory.board.put({"@id": f"{JOB}/fact/1", "@type": "Fact", "partOf": JOB,
                           "text": "the staging database listens on port 5433"}, graph=JOB)
-        access = MemoryAccess(memory, TokenCounter().count, 600, query_timeout_s=0.3)
+        access = MemoryAccess(memory, counter.count, 600, query_timeout_s=0.3)
         tools = Toolset(KnowledgeGroup(access).tools)
         ctx = ToolContext(tmp_path, ToolSettings())
         outcomes: list[ToolOutcome] = []
@@ -159,11 +159,11 @@ async def test_four_timed_out_queries_in_a_row_leave_memory_working(tmp_path: Pa
         assert len(outcomes) == 8 and all(
             not o.ok and o.output.startswith("error: the query ran past 0.3 s and was stopped")
             for o in outcomes), outcomes
-        start = time.monotonic()
+        # no wait for a turn: no worker thread is still held by a query that timed out
+        assert anyio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
         rows = await tools.call("knowledge_query", {
             "sparql": f"SELECT ?t WHERE {{ GRAPH <{JOB}> {{ ?s gl:text ?t }} }}"}, ctx)
         assert rows.ok and rows.output == 't="the staging database listens on port 5433"'
-        assert time.monotonic() - start < 0.3  # no wait for a turn
         hits = await tools.call("kg_search", {"query": "staging database port"}, ctx)
         assert hits.ok and hits.output.startswith(f"Fact {JOB}/fact/1: "), hits.output
 
@@ -174,10 +174,10 @@ def test_a_memory_hungry_query_is_stopped_within_its_memory_bound(
     with OxigraphBlackboard.open(tmp_path / "bb", query_memory_bytes=SMALL_BOUND) as board:
         lines(board, words=40)  # long values fill the bound sooner
         with Watch() as watch:
-            error, elapsed = timed(lambda: board.query(HUNGRY[form], timeout_s=60))
+            error = refused(lambda: board.query(HUNGRY[form], timeout_s=60))
+        # stopped by its memory bound (the 60 s timeout would be a QueryTimeout)
         assert isinstance(error, QueryTooLarge), error
         assert "64 MiB" in error.message
-        assert elapsed < 30  # stopped by its bound, long before its timeout
         own = _address_space()
         assert watch.seen and max(watch.seen.values()) <= own + SMALL_BOUND + 16 * 2**20
         assert not any(Path(f"/proc/{pid}").exists() for pid in watch.seen)
@@ -189,8 +189,9 @@ def test_in_memory_stores_are_stopped_the_same_way() -> None:
     with OxigraphBlackboard.in_memory() as board:
         lines(board)
         with Watch() as watch:
-            error, elapsed = timed(lambda: board.query(ENDLESS, timeout_s=0.3))
-        assert isinstance(error, QueryTimeout) and elapsed < 2.0
+            error = refused(lambda: board.query(ENDLESS, timeout_s=0.3))
+        assert isinstance(error, QueryTimeout)
+        assert error.message == "the query ran past 0.3 s and was stopped"
         assert watch.seen and not any(Path(f"/proc/{p}").exists() for p in watch.seen)
 
 
@@ -212,11 +213,13 @@ def test_a_child_that_inherits_a_held_lock_is_forked_again() -> None:
         with held:
             return b"answered"
 
-    start = time.monotonic()
-    got = evaluate_forked(work, timeout_s=30, deadline=start + 30, memory_bytes=2**30,
-                          max_bytes=1000, fork_lock=contextlib.nullcontext())
+    before = FORKS[0]
+    got = evaluate_forked(work, timeout_s=30, deadline=time.monotonic() + 30,
+                          memory_bytes=2**30, max_bytes=1000, fork_lock=contextlib.nullcontext())
+    # the stuck child was noticed and a new one forked: waited out, its lock never frees, and
+    # the call would end in a QueryTimeout, not an answer
     assert got == b"answered"
-    assert time.monotonic() - start < 5  # the stuck children were noticed, not waited out
+    assert FORKS[0] - before >= 2
 
 
 @pytest.mark.parametrize(("crash", "expected", "words"), [

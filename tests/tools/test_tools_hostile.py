@@ -54,12 +54,6 @@ def _call(toolset: Toolset, name: str, args: dict[str, Any], ctx: ToolContext) -
     return anyio.run(main)
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    began = time.monotonic()
-    result = fn()
-    return result, time.monotonic() - began
-
-
 @pytest.fixture
 def tools() -> Toolset:
     return ToolGroupManager(builtin_groups()).toolset(["read", "write"])
@@ -75,8 +69,8 @@ async def _sleep(args: dict[str, Any], ctx: ToolContext) -> str:
 
 def test_a_call_ends_within_its_own_timeout(tmp_path: Path) -> None:
     slow = Toolset((Tool("slow", "Sleeps.", schema(), _sleep, timeout_s=0.2),))
-    outcome, took = _timed(lambda: _call(slow, "slow", {}, ToolContext(tmp_path, ToolSettings())))
-    assert not outcome.ok and took < 5
+    outcome = _call(slow, "slow", {}, ToolContext(tmp_path, ToolSettings()))
+    assert not outcome.ok  # ended by its 0.2 s timeout: the 30 s sleep would say "woke up"
     assert outcome.output.startswith("error: slow timed out after 0.2s")
     assert "hint:" in outcome.output
 
@@ -84,8 +78,8 @@ def test_a_call_ends_within_its_own_timeout(tmp_path: Path) -> None:
 def test_a_call_ends_within_what_is_left_of_the_wall_budget(tmp_path: Path) -> None:
     slow = Toolset((Tool("slow", "Sleeps.", schema(), _sleep),))  # no timeout of its own
     ctx = ToolContext(tmp_path, ToolSettings(), deadline=time.monotonic() + 0.2)
-    outcome, took = _timed(lambda: _call(slow, "slow", {}, ctx))
-    assert not outcome.ok and took < 5
+    outcome = _call(slow, "slow", {}, ctx)
+    assert not outcome.ok
     assert "timed out" in outcome.output and "wall time budget" in outcome.output
     spent = ToolContext(tmp_path, ToolSettings(), deadline=time.monotonic() - 1)
     outcome = _call(slow, "slow", {}, spent)
@@ -95,9 +89,8 @@ def test_a_call_ends_within_what_is_left_of_the_wall_budget(tmp_path: Path) -> N
 def test_bash_is_stopped_at_the_end_of_the_wall_budget(tmp_path: Path) -> None:
     shell = Toolset((BASH,))
     ctx = ToolContext(tmp_path, ToolSettings(sandbox="off"), deadline=time.monotonic() + 0.5)
-    outcome, took = _timed(lambda: _call(shell, "bash", {"command": "sleep 20"}, ctx))
-    assert not outcome.ok and took < 10
-    assert "timed out" in outcome.output
+    outcome = _call(shell, "bash", {"command": "sleep 20"}, ctx)
+    assert not outcome.ok and "timed out" in outcome.output  # stopped: the sleep did not end it
 
 
 def test_the_loop_gives_each_call_what_is_left_of_the_wall_budget(tmp_path: Path) -> None:
@@ -129,8 +122,9 @@ def test_grep_with_a_catastrophic_regex_ends_with_a_clear_error(
 ) -> None:
     (tmp_path / "a.txt").write_text("fine\n" + SLOW_LINE + "\n")
     ctx = ToolContext(tmp_path, ToolSettings())
-    outcome, took = _timed(lambda: _call(tools, "grep", {"pattern": SLOW_REGEX}, ctx))
-    assert not outcome.ok and took < 10
+    outcome = _call(tools, "grep", {"pattern": SLOW_REGEX}, ctx)
+    assert not outcome.ok
+    # the backtracking bound stopped it (run to the end, it would not end within pytest's timeout)
     assert "line 2 of a.txt" in outcome.output and "backtrack" in outcome.output
     assert "hint:" in outcome.output
 
@@ -154,9 +148,8 @@ def test_grep_result_with_a_catastrophic_regex_ends_with_a_clear_error(tmp_path:
     toolset = Toolset(group.tools)
     ctx = ToolContext(tmp_path, ToolSettings())
     args = {"iri": "gliding://job/j/result/x", "pattern": SLOW_REGEX}
-    outcome, took = _timed(lambda: _call(toolset, "grep_result", args, ctx))
-    assert not outcome.ok and took < 10
-    assert "line 2" in outcome.output and "backtrack" in outcome.output
+    outcome = _call(toolset, "grep_result", args, ctx)
+    assert not outcome.ok and "line 2" in outcome.output and "backtrack" in outcome.output
 
 
 def test_read_back_answers_keep_their_documented_bounds(tmp_path: Path) -> None:
@@ -193,9 +186,9 @@ def _deep_tree(root: Path, depth: int) -> Path:
 def test_glob_of_a_deep_tree_with_a_pathological_pattern_ends(tmp_path: Path) -> None:
     _deep_tree(tmp_path, 200)
     (tmp_path / ("a" * 200)).write_text("")
+    # that it ends at all is what is tested: a hang is pytest's timeout, no speed is asserted
     for pattern in ["**/*/**/*/**/*/**/*/**/x", "*a*a*a*a*a*a*a*a*a*a*a*a*b"]:
-        out, took = _timed(lambda p=pattern: _glob_or_error(tmp_path, p))
-        assert took < 10, pattern
+        out = _glob_or_error(tmp_path, pattern)
         assert "no files match" in out or "too complex" in out or "stopped" in out
 
 
@@ -234,8 +227,8 @@ def test_file_tools_refuse_a_fifo_at_once(tmp_path: Path, tools: Toolset) -> Non
     ctx = ToolContext(tmp_path, ToolSettings())
     for name, args in [("read_file", {"path": "pipe"}),
                        ("edit_file", {"path": "pipe", "old": "a", "new": "b"})]:
-        outcome, took = _timed(lambda n=name, a=args: _call(tools, n, a, ctx))
-        assert not outcome.ok and took < 5, name
+        outcome = _call(tools, name, args, ctx)  # an open of the FIFO would block: no writer
+        assert not outcome.ok, name
         assert "pipe is a FIFO, not a regular file" in outcome.output
     assert search.grep(tmp_path, "x", max_matches=5).startswith("no matches")
 
@@ -245,13 +238,13 @@ def test_read_file_pages_a_20_gb_sparse_file_without_reading_it_whole(tmp_path: 
     with open(huge, "wb") as handle:
         handle.write(b"first line\nsecond line\n")
         handle.truncate(20 << 30)
-    out, took = _timed(lambda: files.read_file(tmp_path, "huge.bin", limit=1))
-    assert took < 5
+    out = files.read_file(tmp_path, "huge.bin", limit=1)
+    # its lines were not counted (that would read all 20 GB) ...
     assert out.startswith("huge.bin lines 1-1 (a file of 21474836480 bytes: too large to count")
     assert "first line" in out and "call read_file with offset=2" in out
-    second, took = _timed(lambda: files.read_file(tmp_path, "huge.bin", offset=2,
-                                                  page_chars=4096))
-    assert took < 5 and "second line" in second and "page size reached" in second
+    second = files.read_file(tmp_path, "huge.bin", offset=2, page_chars=4096)
+    # ... and a page stops at its size, not at the end of the file
+    assert "second line" in second and "page size reached" in second
     with pytest.raises(ToolError, match="too large for edit_file"):
         files.edit_file(tmp_path, "huge.bin", "first", "1st")
 

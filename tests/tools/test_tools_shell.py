@@ -79,13 +79,10 @@ async def test_runaway_group_is_killed_with_children(tmp_path: Path) -> None:
         "( sleep 1000 & echo $! )\n"  # double fork: the subshell exits, sleep is orphaned
         "sleep 1000\n"
     )
-    started = time.monotonic()
     result = await run_command(command, tmp_path, _settings(timeout_s=1, sandbox="off"))
-    elapsed = time.monotonic() - started
     assert result.timed_out
     assert result.exit_code is None
     assert result.render().startswith("killed after 1s timeout\n")
-    assert elapsed < 1 + 2.0
     pids = _pids(result.output)
     assert len(pids) == 4, result.output
     assert _wait_all_dead(pids) == []
@@ -94,11 +91,10 @@ async def test_runaway_group_is_killed_with_children(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_background_jobs_die_when_command_returns(tmp_path: Path) -> None:
     # unconfined: the printed pid is a host pid
-    started = time.monotonic()
     result = await run_command("sleep 1000 & echo $!", tmp_path,
                                 _settings(timeout_s=20, sandbox="off"))
-    assert time.monotonic() - started < 5
-    assert result.exit_code == 0
+    # returned with the shell: waiting for the background job would end in the 20 s timeout
+    assert result.exit_code == 0 and not result.timed_out
     pids = _pids(result.output)
     assert len(pids) == 1
     assert _wait_all_dead(pids) == []
@@ -184,10 +180,8 @@ async def test_output_past_the_archive_cap_is_killed_and_counted(tmp_path: Path)
 
 @pytest.mark.anyio
 async def test_flooding_output_is_killed_in_bounded_time(tmp_path: Path) -> None:
-    started = time.monotonic()
     result = await run_command("yes", tmp_path, _settings(timeout_s=30, cap=1024, keep=102400))
-    assert time.monotonic() - started < 10
-    assert result.flooded
+    assert result.flooded and not result.timed_out  # the output cap ended it, not the timeout
     assert len(result.output) == 102400
     assert result.cut_bytes > 0
     text = result.render()
@@ -197,11 +191,9 @@ async def test_flooding_output_is_killed_in_bounded_time(tmp_path: Path) -> None
 
 @pytest.mark.anyio
 async def test_huge_output_within_timeout_is_bounded(tmp_path: Path) -> None:
-    started = time.monotonic()
     result = await run_command(
         "yes | head -c 50000000", tmp_path, _settings(timeout_s=2, cap=4096, keep=1 << 20)
     )
-    assert time.monotonic() - started < 2 + 2.0
     assert result.timed_out or result.flooded
     assert len(result.output) <= 1 << 20
 
