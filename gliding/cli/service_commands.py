@@ -71,8 +71,8 @@ def worker_command(
                                     "(default: its key's)."),
     broker: str | None = typer.Option(None, "--broker", help="The MQTT 5 broker, "
                                       "mqtt://host:port or mqtts:// with TLS (bus.url)."),
-    roles: str = typer.Option("PA,DA,CA,AA", "--roles", help="The roles it serves, "
-                              "comma-separated."),
+    roles: str | None = typer.Option(None, "--roles", help="The roles it serves, "
+                                     "comma-separated (default: every role)."),
     concurrency: int = typer.Option(1, "--concurrency", help="Assignments it runs at once."),
     remote: bool = typer.Option(False, "--remote", help="Write L0 through the broker even "
                                 "where this host has the job's archive."),
@@ -89,7 +89,12 @@ def worker_command(
         return
     if broker is not None:
         overrides["bus.url"] = broker
-    wanted = [r.strip().upper() for r in roles.split(",") if r.strip()]
+    if roles is None:
+        from gliding.config.roles import role_names
+
+        wanted = list(role_names())
+    else:
+        wanted = [r.strip().upper() for r in roles.split(",") if r.strip()]
 
     def announce(info: dict[str, Any]) -> None:
         board = "with" if info["blackboard"] else "without"
