@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fast lane, for before every commit (under two minutes on two cores): lint, the import
+# The fast lane, for before every commit (about 2.5 minutes on two cores): lint, the import
 # contracts, types, and every test that is neither slow (the real local model) nor heavy (real
 # servers, embedding-model loads, big property runs, whole jobs in subprocesses). It assumes
 # scripts/setup.sh has run once. CI runs scripts/test.sh: setup and the whole suite.

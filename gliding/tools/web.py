@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import html
 import json
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -85,10 +86,14 @@ class SearxngSearch:
 
     async def search(self, query: str, k: int) -> list[SearchHit]:
         try:
-            async with httpx.AsyncClient(timeout=self.timeout_s, trust_env=False) as client:
+            async with httpx.AsyncClient(timeout=self.timeout_s, trust_env=False,
+                                         verify=await ssl_context()) as client:
                 response = await client.get(f"{self.url}/search",
                                             params={"q": query, "format": "json"},
                                             headers={"User-Agent": self.user_agent})
+        except httpx.TimeoutException as exc:  # its message is often empty
+            raise ToolError(f"web_search: the search service failed: no answer within "
+                            f"{self.timeout_s:g}s (tools.web.search.timeout_s)") from exc
         except httpx.HTTPError as exc:
             raise ToolError(f"web_search: the search service failed: {exc}") from exc
         if response.status_code != 200:
@@ -176,11 +181,23 @@ def html_to_text(page: str, base: str) -> tuple[str, str, list[str]]:
     return " ".join(html.unescape(parser.title).split()), parser.text(), parser.links
 
 
-def guarded_transport(policy: Policy, resolve: Resolver) -> httpx.AsyncHTTPTransport:
+_SSL: list[ssl.SSLContext] = []  # httpx's default context, made once a process
+
+
+async def ssl_context() -> ssl.SSLContext:
+    """httpx's default SSL context, made once a process on a worker thread: loading the CA
+    bundle takes 20-270 ms of CPU, which would stop every job's event loop."""
+    if not _SSL:
+        _SSL[:] = [await anyio.to_thread.run_sync(httpx.create_ssl_context)]
+    return _SSL[0]
+
+
+def guarded_transport(policy: Policy, resolve: Resolver, context: ssl.SSLContext
+                      ) -> httpx.AsyncHTTPTransport:
     """An httpx transport whose every connection goes through the SSRF guard."""
-    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    transport = httpx.AsyncHTTPTransport(verify=context, trust_env=False)
     transport._pool = httpcore.AsyncConnectionPool(  # noqa: SLF001 - httpx has no hook for it
-        ssl_context=httpx.create_ssl_context(), max_connections=4,
+        ssl_context=context, max_connections=4,
         network_backend=GuardedBackend(policy, resolve))
     return transport
 
@@ -197,10 +214,11 @@ async def fetch(url: str, settings: WebSettings, *, resolve: Resolver = system_r
     host = _checked_host(url)
     policy = Policy.of(settings.allow)
     check_url_host(host, policy)
+    context = await ssl_context()
     try:
         with anyio.fail_after(settings.timeout_s):
             async with httpx.AsyncClient(
-                    transport=guarded_transport(policy, resolve), follow_redirects=True,
+                    transport=guarded_transport(policy, resolve, context), follow_redirects=True,
                     max_redirects=settings.max_redirects, trust_env=False,
                     timeout=settings.timeout_s,
                     headers={"User-Agent": settings.user_agent, "Accept-Encoding": ACCEPTED,

@@ -3,7 +3,6 @@ ingest into the blackboard, both recall from long-term memory, and neither stall
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -45,26 +44,24 @@ def test_two_jobs_in_one_runtime_both_ingest_and_recall_without_stalling(
     seeded = run_seed(tmp_path, settings)
     assert seeded.report is not None and seeded.report.outcome == "success"
 
-    async def main() -> tuple[float, float, list[JobHandle], list[ScriptedLLM]]:
+    seen: list[tuple[str, str]] = []  # (job name, event), in the order the loop saw them
+
+    async def main() -> tuple[list[JobHandle], list[ScriptedLLM]]:
         async with Runtime.open(settings) as runtime:
-            alone = model("alone")
-            started = time.monotonic()
-            await run_job(task(tmp_path, "alone"), settings, llm=alone, runtime=runtime)
-            single = time.monotonic() - started
             handles: list[JobHandle] = []
             llms = [model("left"), model("right")]
 
             async def one(name: str, llm: ScriptedLLM) -> None:
-                handles.append(await run_job(task(tmp_path, name), settings, llm=llm,
-                                             runtime=runtime))
+                handles.append(await run_job(
+                    task(tmp_path, name), settings, llm=llm, runtime=runtime,
+                    on_event=lambda event: seen.append((name, event.event))))
 
-            started = time.monotonic()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(one, "left", llms[0])
                 tg.start_soon(one, "right", llms[1])
-            return single, time.monotonic() - started, handles, llms
+            return handles, llms
 
-    single, pair, handles, llms = anyio.run(main)
+    handles, llms = anyio.run(main)
     assert sorted(h.report.outcome for h in handles if h.report) == ["success", "success"]
     for handle in handles:
         assert handle.report is not None
@@ -79,8 +76,15 @@ def test_two_jobs_in_one_runtime_both_ingest_and_recall_without_stalling(
     for handle in handles:
         assert handle.report is not None
         assert counts.get(f"gliding://job/{handle.report.job}", 0) == 4  # DA 3 + CA 1
-    # eleven model calls of DELAY_S each: run side by side, the pair takes about one job's time
-    assert pair < 1.5 * single, (pair, single)
+    # side by side, not one after the other: each job started before the other finished, and
+    # took turns while the other was between its first and last turn (neither waited it out)
+    started = {name: seen.index((name, "job.started")) for name in ("left", "right")}
+    finished = {name: seen.index((name, "job.finished")) for name in ("left", "right")}
+    assert started["left"] < finished["right"] and started["right"] < finished["left"], seen
+    turns = [name for name, event in seen if event == "turn"]
+    for name in ("left", "right"):
+        mine = [i for i, turn in enumerate(turns) if turn == name]
+        assert any(turn != name for turn in turns[mine[0]:mine[-1]]), seen
 
 
 def run_seed(tmp: Path, settings: Any) -> JobHandle:

@@ -1,6 +1,6 @@
 """No crash path hangs: a job that crashes at any named point (``gliding.core.crashpoints``)
-ends with its status recorded within 30 s, four such jobs running side by side in one
-process, and leaves no thread and no child process behind. Both kinds of crash: a bug (an
+ends with its status recorded, four such jobs running side by side in one process, and
+leaves no thread and no child process behind. Both kinds of crash: a bug (an
 ``Exception``, which the job records as its stop) and a "kill" (a ``BaseException`` nothing
 handles, the stand-in for ``kill -9`` that once left ingestion's thread waiting forever on
 an event loop that had stopped serving it)."""
@@ -47,7 +47,9 @@ CA:
 AA:
   - finish: {decision: done, report: two lines}
 """
-ENDED_WITHIN_S = 30.0
+# hang protection only, not a speed claim: a job still running after this long is cancelled
+# and reported as not ended (a healthy one ends in seconds, even on a loaded machine)
+HANG_S = 90.0
 # the statuses a job may end with; "running" (nothing recorded) is not among them
 RECORDED = {"success", "failed", "escalated", "budget_exceeded", "error", "interrupted"}
 
@@ -67,19 +69,21 @@ def job_parts(tmp: Path) -> tuple[Task, Any, Path]:
 
 
 async def crashing_job(tmp: Path, point: str, kind: Injected,
-                       ended: dict[str, float]) -> None:
-    """Run one job armed to crash at ``point``; note how long it took to end."""
+                       ended: dict[str, str]) -> None:
+    """Run one job armed to crash at ``point``; note what it ended with, once it has."""
     task, settings, replies = await anyio.to_thread.run_sync(job_parts, tmp)
-    started = time.monotonic()
-    with armed({point: 1}, kind=kind) as hits, anyio.move_on_after(ENDED_WITHIN_S + 30):
+    with armed({point: 1}, kind=kind) as hits, anyio.move_on_after(HANG_S):
         try:
             await run_job(task, settings, llm=FileScriptedLLM(replies))
         except Exception as exc:  # noqa: BLE001 - the job's error, once its stop was recorded
             assert "injected crash" in str(exc) or isinstance(exc, InjectedCrash), exc
+            ended[point] = repr(exc)
         except BaseException as exc:  # noqa: B036 - the kill, maybe grouped; not cancellation
             if "injected kill" not in repr(exc):
                 raise
-        ended[point] = time.monotonic() - started
+            ended[point] = repr(exc)
+        else:
+            ended[point] = "no error"
         assert hits.get(point) == 1, f"{point} was never passed ({hits})"
 
 
@@ -120,7 +124,7 @@ def test_a_job_crashing_at_any_point_ends_recorded_and_leaves_nothing_behind(
     points = POINTS[batch:batch + 4]
     threads_before = set(threading.enumerate())  # the runners below are new threads too
     children_before = children()
-    ended: dict[str, float] = {}
+    ended: dict[str, str] = {}
 
     # each job on an event loop of its own, as `gliding run` processes have, side by side
     runners = [threading.Thread(target=anyio.run, name=f"job-{point}",
@@ -129,14 +133,20 @@ def test_a_job_crashing_at_any_point_ends_recorded_and_leaves_nothing_behind(
     for runner in runners:
         runner.start()
     for runner in runners:
-        runner.join(ENDED_WITHIN_S + 60)
+        runner.join(HANG_S + 30)
 
     assert set(ended) == set(points), f"did not end: {set(points) - set(ended)}"
-    slow = {p: round(s, 1) for p, s in ended.items() if s > ENDED_WITHIN_S}
-    assert not slow, f"ended after more than {ENDED_WITHIN_S:g}s: {slow}"
     for i, point in enumerate(points):
-        statuses = [j.status for j in list_jobs(tmp_path / f"job{i}" / "data")]
-        assert len(statuses) == 1 and statuses[0] in RECORDED, (point, statuses)
+        jobs = list_jobs(tmp_path / f"job{i}" / "data")
+        assert len(jobs) == 1 and jobs[0].status in RECORDED, (point, jobs)
+        job, said = jobs[0], ended[point]
+        if kind is InjectedKill:  # nothing handles it: found later as interrupted, no lock held
+            assert f"injected kill at {point}" in said and job.status == "interrupted", said
+        elif said != "no error":  # the job stopped on it and recorded why
+            assert f"injected crash at {point}" in said, said
+            assert f"injected crash at {point}" in job.stopped_by, (point, job)
+        else:  # a role's crash fails the role; the job ends with that outcome recorded
+            assert point.startswith("role.") and job.status == "error", (point, job)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         left = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
