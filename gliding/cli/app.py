@@ -148,10 +148,6 @@ def mcp_command(
     import os
     import sys
 
-    from gliding.errors import UsageError
-
-    if transport not in ("stdio", "http"):  # refused here, in this command's own words
-        raise UsageError(f"unknown transport {transport!r}", hint="use stdio or http")
     # The MCP server is a front door of its own (gliding.mcp), beside this one: this process
     # becomes it, with the same interpreter, options and standard streams.
     argv = [sys.executable, "-m", "gliding.mcp.server", "--transport", transport,

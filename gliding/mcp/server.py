@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
                                      description="Serve Gliding to MCP clients.")
     parser.add_argument("--config", "-c", type=Path, default=None)
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    parser.add_argument("--transport", default="stdio")  # checked by serve: stdio or http
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
     try:

@@ -323,8 +323,8 @@ def test_unknown_command_is_a_usage_error_without_traceback(
 @pytest.mark.parametrize("args", [["--transport", "bogus"], ["--transport", "http",
                                                              "--port", "99999"]])
 def test_gliding_mcp_refuses_bad_options_with_exit_2(tmp_path: Path, args: list[str]) -> None:
-    """``gliding mcp`` becomes the MCP server's own process; a bad transport is refused before
-    that, in this command's words, and a bad port by the server, with the same exit code."""
+    """``gliding mcp`` becomes the MCP server's own process, which refuses a bad transport or
+    port as one error line with exit 2."""
     result = run_cli(["mcp", *args, "--data-dir", str(tmp_path / "data")], cwd=tmp_path)
     assert result.code == 2, result
     assert ("unknown transport 'bogus'" if "bogus" in args

@@ -6,8 +6,8 @@ process.
                                  ◄──ArchiveReply on worker/<worker>/archive──  (LocalArchive)
 
 Exactly once. Every write is idempotent in the archive itself: ``put`` of an IRI that holds the
-same bytes is a no-op, and the server does a ``put_turn`` whose turn is archived already as
-nothing (the turn and its ledger row were written in one transaction, so the row is there too).
+same bytes is a no-op, and so is a ``put_turn`` whose turn is archived already (the port checks
+and writes the turn and its ledger row in one transaction, so the row is there too).
 A request whose reply does not come within ``timeout_s`` is therefore simply sent again, up to
 ``tries`` times, and what the worker wrote reaches the archive once however often it was sent.
 Reads (``find``, ``read_text``, ``calls``) are repeated the same way.
@@ -187,7 +187,6 @@ class ArchiveServer:
         self.bus = bus
         self.port = port
         self._slots = anyio.Semaphore(concurrency)
-        self._turns = anyio.Lock()  # put_turn: check-then-write, one at a time
         self.served = 0
 
     async def serve(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
@@ -229,14 +228,9 @@ class ArchiveServer:
                            media_type=str(a.get("media_type") or DEFAULT_MEDIA_TYPE),
                            meta=dict(a.get("meta") or {}))
             return None
-        if r.op == "put_turn":
-            body = str(a["body"])
-            async with self._turns:
-                existing = await port.find(str(a["iri"]))
-                if existing is not None and existing.content == body.encode("utf-8"):
-                    return None  # sent again: the turn and its ledger row are in already
-                await port.put_turn(str(a["iri"]), body, dict(a["meta"]),
-                                    CallRecord(**a["call"]))
+        if r.op == "put_turn":  # sent again: a no-op in the port, its ledger row is in already
+            await port.put_turn(str(a["iri"]), str(a["body"]), dict(a["meta"]),
+                                CallRecord(**a["call"]))
             return None
         if r.op == "find":
             item = await port.find(str(a["iri"]))
