@@ -12,8 +12,8 @@ Nodes written (vocabulary in docs/vocabulary.md), ``<job>`` being the conversati
 
 Entities are the capitalised words and phrases that do not open a sentence ("Sweden",
 "Becoming Nicole"), keyed by their lower-cased text; a turn that names a speaker mentions that
-Person. Everything here is pure but for ``ConversationIngestor``, which only calls
-``Ingestor.put``.
+Person. Everything here is pure but for ``ConversationIngestor``, which only awaits
+``Ingestor.put``, and ``ingest_conversation``, which runs it on the pass-through writer.
 """
 
 from __future__ import annotations
@@ -24,8 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import anyio
+
 from gliding.core.dates import parse_when
 from gliding.core.iri import hashed_segment
+from gliding.memory.archive.store import Archive
+from gliding.memory.board.blackboard import Blackboard
+from gliding.memory.board.nodes import DirectWriter, JobNodeStore, WriteListener
 from gliding.memory.ingest.ingestor import Ingestor
 
 WORD = re.compile(r"[^\W\d_][\w'’]+")  # two or more characters, a letter first, any script
@@ -110,23 +115,23 @@ class ConversationIngestor:
         self._people: dict[str, str] = {}  # lower-cased name -> Person IRI
         self._entities: set[str] = set()
 
-    def person(self, name: str) -> str:
+    async def person(self, name: str) -> str:
         key = name.lower()
         iri = self._people.get(key)
         if iri is None:
-            iri = self.ingestor.put({"@id": f"{self.base}/person/{segment(name)}",
-                                     "@type": "Person", "name": name})
+            iri = await self.ingestor.put({"@id": f"{self.base}/person/{segment(name)}",
+                                           "@type": "Person", "name": name})
             self._people[key] = iri
         return iri
 
-    def entity(self, name: str) -> str:
+    async def entity(self, name: str) -> str:
         iri = f"{self.base}/entity/{segment(entity_key(name))}"
         if iri not in self._entities:
-            self.ingestor.put({"@id": iri, "@type": "Entity", "name": name})
+            await self.ingestor.put({"@id": iri, "@type": "Entity", "name": name})
             self._entities.add(iri)
         return iri
 
-    def session(self, session: Session) -> list[str]:
+    async def session(self, session: Session) -> list[str]:
         """Write the session's Event, its speakers, entities and turns; the Turn IRIs."""
         when = parse_when(session.date_text)
         event_iri = f"{self.base}/session/{int(session.number)}"
@@ -141,21 +146,22 @@ class ConversationIngestor:
         out = []
         saved = dict(self._people), set(self._entities), dict(self.turn_iris)
         try:
-            with self.ingestor.batch():  # one L0 transaction per session
-                self.ingestor.put({**event, **stamp})
+            async with self.ingestor.batch():  # one L0 transaction per session
+                await self.ingestor.put({**event, **stamp})
                 for speaker in dict.fromkeys(t.speaker for t in session.turns if t.speaker):
-                    self.person(speaker)  # before the turns, so naming them mentions the Person
+                    # before the turns, so naming them mentions the Person
+                    await self.person(speaker)
                 for position, turn in enumerate(session.turns, 1):
-                    out.append(self._turn(turn, position, event_iri, stamp))
+                    out.append(await self._turn(turn, position, event_iri, stamp))
         except BaseException:  # the batch wrote nothing: forget what it would have written
             self._people, self._entities, self.turn_iris = saved
             raise
         return out
 
-    def _turn(self, turn: Utterance, position: int, session_iri: str,
+    async def _turn(self, turn: Utterance, position: int, session_iri: str,
               stamp: dict[str, Any]) -> str:
-        speaker = self.person(turn.speaker) if turn.speaker else None
-        mentions = [self.entity(name) for name in named_entities(turn.text)
+        speaker = await self.person(turn.speaker) if turn.speaker else None
+        mentions = [await self.entity(name) for name in named_entities(turn.text)
                     if name.lower() not in self._people]
         mentions += [iri for key, iri in self._people.items()
                      if iri != speaker and re.search(rf"\b{re.escape(key)}\b", turn.text.lower())]
@@ -167,9 +173,28 @@ class ConversationIngestor:
             node["speaker"] = speaker
         if mentions:
             node["mentions"] = mentions
-        self.ingestor.put(node)
+        await self.ingestor.put(node)
         self.turn_iris[turn.id] = iri
         return iri
+
+
+def ingest_conversation(board: Blackboard, archive: Archive, job: str,
+                        sessions: Sequence[Session],
+                        listener: WriteListener | None = None) -> ConversationIngestor:
+    """Write ``sessions`` as job ``job``'s nodes through the pass-through board writer, telling
+    ``listener`` (long-term memory's ``observe``) of each; blocking (runs an event loop of its
+    own). Returns the ingestor, whose ``turn_iris`` name the Turn nodes."""
+    nodes = JobNodeStore(board, archive, job)
+    if listener is not None:
+        nodes.listen(listener)
+    ingest = ConversationIngestor(Ingestor(board, archive, job, DirectWriter(nodes)))
+
+    async def write() -> None:
+        for session in sessions:
+            await ingest.session(session)
+
+    anyio.run(write)
+    return ingest
 
 
 def sessions_of(conversation: dict[str, Any]) -> list[Session]:

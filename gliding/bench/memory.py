@@ -37,13 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from gliding.bench.conversation import ConversationIngestor, sessions_of
+from gliding.bench.conversation import ingest_conversation, sessions_of
 from gliding.bench.stats import percentile
 from gliding.context.tokens import TokenCounter
 from gliding.errors import UsageError
 from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.ingest.ingestor import Ingestor
 from gliding.memory.recall.hybrid import RecallSettings
 from gliding.memory.recall.knowledge import KnowledgeMemory
 from gliding.memory.recall.vectors import Embedder, Precision, load_embedder
@@ -140,9 +139,9 @@ def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[i
                 knowledge = KnowledgeMemory(store, counter, embedder=model,
                                             settings=settings or RecallSettings(),
                                             graph=f"gliding://job/{job}")
-                ingest = ConversationIngestor(Ingestor(knowledge.board, archive, job))
-                for session in sessions_of(sample["conversation"]):
-                    ingest.session(session)
+                ingest = ingest_conversation(store, archive, job,
+                                             sessions_of(sample["conversation"]),
+                                             knowledge.observe)
                 knowledge.flush()
                 ingest_s += time.perf_counter() - started
                 turns = len(ingest.turn_iris)

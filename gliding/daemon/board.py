@@ -1,13 +1,14 @@
 """A job's blackboard under the coherence engine: what the composition root starts for it.
 
 With ``memory.coherence.enabled`` (the default) the job's process runs the job's coherence
-directory (``memory/coherence/directory.py``) over the job's bus, storing through
-``coherence/nodes.JobNodeStore`` (L0 revisions, then the board), and two caches of its own:
-one that ingestion writes through, one that this process's agents read their views through
-(``coherence/views.CoherentViews``). So an agent's briefing is built from lines that are
-current, and between turns an agent is shown what teammates recorded since it last looked,
-changed nodes only (``BoardViews.updates``). A ``gliding worker`` running one of the job's
-sessions opens a cache of its own (``worker_views``) and reads the same lines over the broker.
+directory (``memory/coherence/directory.py``) over the job's bus, storing through the job's
+``board/nodes.JobNodeStore`` (L0 revisions, then the board), and two caches of its own: one
+that ingestion writes through (its ``BoardWriter``, awaited on this event loop), one that this
+process's agents read their views through (``coherence/views.CoherentViews``). So an agent's
+briefing is built from lines that are current, and between turns an agent is shown what
+teammates recorded since it last looked, changed nodes only (``BoardViews.updates``). A
+``gliding worker`` running one of the job's sessions opens a cache of its own
+(``worker_views``) and reads the same lines over the broker.
 
 Agent ids carry a random suffix per process incarnation, so a restarted job never takes
 messages meant for its predecessor; a resumed job's directory waits one lease before answering
@@ -16,7 +17,6 @@ messages meant for its predecessor; a resumed job's directory waits one lease be
 
 from __future__ import annotations
 
-import concurrent.futures
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -24,18 +24,13 @@ from dataclasses import dataclass, field
 
 import anyio
 import structlog
-from anyio.abc import TaskStatus
-from anyio.from_thread import BlockingPortal
 
 from gliding.bus.port import Bus
 from gliding.config.settings import Settings
 from gliding.errors import GlidingError
-from gliding.memory.archive.store import Archive
-from gliding.memory.board.blackboard import Blackboard
+from gliding.memory.board.nodes import JobNodeStore
 from gliding.memory.coherence.cache import Cache
 from gliding.memory.coherence.directory import Directory
-from gliding.memory.coherence.nodes import JobNodeStore
-from gliding.memory.coherence.service import BoardClosed, CoherenceTimeout
 from gliding.memory.coherence.views import CoherentViews
 
 log = structlog.get_logger("gliding.daemon")
@@ -97,57 +92,23 @@ class BoardViews:
 
 @dataclass
 class JobBoard(BoardViews):
-    """The job's process's side: its directory and the cache ingestion writes through.
-
-    Ingestion writes from worker threads through ``portal``, which ``job_board`` runs while
-    the job's context lasts and stops (cancelling what is in flight) before the directory and
-    the caches go: a write to a closing board fails at once, and a thread waiting on one is
-    released, never left waiting on an event loop that will not serve it."""
+    """The job's process's side: its directory and the cache ingestion writes through."""
 
     directory: Directory
     writer: Cache
-    portal: BlockingPortal | None = field(default=None, kw_only=True)
-    wait_s: float = field(default=60.0, kw_only=True)  # a thread waits no longer than this
-
-    def write(self, iri: str, jsonld: str) -> int:
-        """``Ingestor``'s writer: blocks the calling worker thread until acknowledged.
-
-        Raises:
-            BoardClosed: the job's board is closing (or closed); the write did not happen.
-            CoherenceTimeout, BusError: as ``Cache.write``; CoherenceTimeout also when no
-                answer came within ``wait_s``.
-        """
-        portal = self.portal
-        if portal is None:
-            raise BoardClosed(f"the blackboard of job {self.job} is closed: {iri} not written")
-        try:
-            future = portal.start_task_soon(self.writer.write, iri, jsonld)
-        except RuntimeError as exc:  # the portal stopped between the check and the call
-            raise BoardClosed(f"the blackboard of job {self.job} is closing: {iri} not "
-                              "written") from exc
-        try:
-            return future.result(timeout=self.wait_s)
-        except concurrent.futures.CancelledError as exc:
-            raise BoardClosed(f"the blackboard of job {self.job} closed while {iri} was "
-                              "being written: it may or may not have taken effect") from exc
-        except TimeoutError as exc:
-            future.cancel()
-            raise CoherenceTimeout(f"the write of {iri} got no answer within {self.wait_s:g}s",
-                                   hint="read the node again before relying on it") from exc
 
 
 @asynccontextmanager
-async def job_board(bus: Bus, board: Blackboard, archive: Archive, job: str,
-                    settings: Settings, count: Callable[[str], int], *,
+async def job_board(bus: Bus, store: JobNodeStore, settings: Settings,
+                    count: Callable[[str], int], *,
                     resumed: bool) -> AsyncIterator[JobBoard | None]:
-    """The job's directory and this process's caches while the context runs; None when
-    ``memory.coherence.enabled`` is off."""
+    """The directory of the job whose nodes ``store`` keeps and this process's caches while
+    the context runs; None when ``memory.coherence.enabled`` is off."""
     config = settings.memory.coherence
     if not config.enabled:
         yield None
         return
-    lease = config.lease_s
-    store = JobNodeStore(board, archive, job)
+    lease, job = config.lease_s, store.job
     directory = Directory(bus, store, job, lease_s=lease, grace_s=lease if resumed else 0.0)
     nonce = secrets.token_hex(4)
     # "@": no worker's name (bus/auth.py), so no worker can speak for the job's own caches
@@ -159,25 +120,8 @@ async def job_board(bus: Bus, board: Blackboard, archive: Archive, job: str,
         await tg.start(reader.serve)
         views = CoherentViews(reader, count)
         await tg.start(views.serve)
-        portal = await tg.start(_serve_portal)
-        jb = JobBoard(job, views, settings.memory.recall.briefing_tokens, directory, writer,
-                      portal=portal, wait_s=4 * lease)
-        try:
-            yield jb
-        finally:
-            # first the writes in flight (their threads get BoardClosed), then the caches
-            jb.portal = None
-            with anyio.CancelScope(shield=True):
-                await portal.stop(cancel_remaining=True)
+        yield JobBoard(job, views, settings.memory.recall.briefing_tokens, directory, writer)
         tg.cancel_scope.cancel()
-
-
-async def _serve_portal(*, task_status: TaskStatus[BlockingPortal]) -> None:
-    """A portal for threads to run coroutines on this loop, in a task of its own (stopping it
-    cancels what runs in it, not the task that stops it)."""
-    async with BlockingPortal() as portal:
-        task_status.started(portal)
-        await portal.sleep_until_stopped()
 
 
 @asynccontextmanager

@@ -59,6 +59,7 @@ from gliding.llm.port import LLM, backend_kind
 from gliding.memory.archive.journal import ArchiveJournal, last_entry
 from gliding.memory.archive.port import LocalArchive
 from gliding.memory.archive.store import Archive, archive_path
+from gliding.memory.board.nodes import DirectWriter, JobNodeStore
 from gliding.memory.ingest.ingestor import Ingestor
 from gliding.memory.ingest.service import IngestService
 from gliding.scheduler import policy, supervisor
@@ -106,7 +107,7 @@ async def run_job(task: Task, settings: Settings, *, model: str | None = None,
     backend = llm or build_llm(chosen, settings)
     await anyio.to_thread.run_sync(check_cost_budget, task, settings,  # refused: nothing
                                    backend.name if llm else chosen)  # is written
-    roles = load_roles()
+    roles = await anyio.to_thread.run_sync(load_roles)  # role files: YAML read from disk
     clock = clock or SystemClock()
     job = job_id or new_job_id(clock.now())
     _check_workspace(task, settings, create=True)
@@ -187,7 +188,8 @@ async def resume_job(job: str, settings: Settings, *, llm: LLM | None = None,
             await anyio.to_thread.run_sync(_set_meta, archive, (
                 ("resumes", int(archive.get_meta("resumes", 0)) + 1), ("status", "running"),
                 ("stopped_by", ""), ("pipeline", list(state.roles))))
-            run = _Job(task, settings, backend, load_roles(), clock, archive, start, on_event,
+            roles = await anyio.to_thread.run_sync(load_roles)
+            run = _Job(task, settings, backend, roles, clock, archive, start, on_event,
                        runtime, sandbox, workspace_changed=changed,
                        journaled=entry.n if entry is not None else 0)
             report = await _execute(run, state, commands, resumed=entry is not None)
@@ -346,7 +348,7 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                            resumed: bool) -> JobReport:
     job, task, settings, archive = state.job, j.task, j.settings, j.archive
     async with _runtime(j.runtime, settings) as rt, open_bus(settings) as bus, \
-            _job_board(rt, bus, archive, job, settings, resumed=resumed) as jb:
+            _job_board(rt, bus, archive, job, settings, resumed=resumed) as (store, jb):
         auth = getattr(bus, "auth", None)
         if auth is not None:  # until a dispatcher grants work, no worker speaks for the job
             auth.policy = _no_workers
@@ -354,13 +356,12 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
         budget, checks, mcp, roles, tools = await parts.agent_parts(job, task, settings, j.roles,
                                                               port, rt, j.clock, j.sandbox)
         ingest = None
-        if rt.knowledge is not None and rt.projector is not None:
-            ingestor = Ingestor(rt.knowledge.board, archive, job,
-                                on_write=rt.projector.invalidate,
-                                writer=jb.write if jb is not None else None)
-            ingest = IngestService(ingestor, archive, task.goal)
+        if store is not None:
+            writer = jb.writer if jb is not None else DirectWriter(store)
+            ingest = IngestService(Ingestor(store.board, archive, job, writer), archive,
+                                   task.goal)
             if resumed:
-                await anyio.to_thread.run_sync(ingest.catch_up)
+                await ingest.catch_up(store)
 
         async def briefing(a: Assignment) -> str:
             if ingest is not None:
@@ -519,16 +520,20 @@ async def _close(job: str, tools: Any, bus: Bus, *, quiet: bool) -> None:
 
 @asynccontextmanager
 async def _job_board(rt: Runtime, bus: Bus, archive: Archive, job: str, settings: Settings, *,
-                     resumed: bool) -> AsyncIterator[JobBoard | None]:
-    """The job's coherent blackboard (``daemon/board.py``), None without a board. A resumed
-    job's directory waits out old leases only when workers (other processes) may hold them."""
-    if rt.knowledge is None:
-        yield None
+                     resumed: bool) -> AsyncIterator[tuple[JobNodeStore | None, JobBoard | None]]:
+    """The job's node store, where every board write ends and which the projector and long-term
+    memory listen to, and its coherent blackboard (``daemon/board.py``; None when coherence is
+    off); both None without a board. A resumed job's directory waits out old leases only when
+    workers (other processes) may hold them."""
+    if rt.knowledge is None or rt.projector is None:
+        yield None, None
         return
+    store = JobNodeStore(rt.knowledge.board, archive, job)
+    store.listen(rt.projector.written)
+    store.listen(rt.knowledge.observe)
     remote = resumed and settings.daemon.agents == "workers"
-    async with job_board(bus, rt.knowledge.board, archive, job, settings, rt.counter.count,
-                         resumed=remote) as jb:
-        yield jb
+    async with job_board(bus, store, settings, rt.counter.count, resumed=remote) as jb:
+        yield store, jb
 
 
 @asynccontextmanager

@@ -22,7 +22,9 @@ from gliding.daemon.runtime import blackboard_path
 from gliding.llm.port import LLM, LLMRequest
 from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+from gliding.memory.board.nodes import DirectWriter, JobNodeStore
 from gliding.memory.ingest.ingestor import Ingestor
+from gliding.testing.blocking import Blocking
 from gliding.testing.latency import LatencyLLM, step_team
 
 STEPS = 4
@@ -91,7 +93,8 @@ def test_the_ingestor_records_dependencies_and_the_session_of_a_step(tmp_path: P
     board = OxigraphBlackboard.open(tmp_path / "board")
     try:
         with Archive.open(tmp_path / "data", "j1") as archive:
-            ing = Ingestor(board, archive, "j1")
+            ing = Blocking(Ingestor(board, archive, "j1",
+                                    DirectWriter(JobNodeStore(board, archive, "j1"))))
             ing.plan(2, [PlanStep(id="a", text="A"), PlanStep(id="b", text="B",
                                                               depends_on=["a"])], None)
             base = "gliding://job/j1"
@@ -106,7 +109,9 @@ def test_the_ingestor_records_dependencies_and_the_session_of_a_step(tmp_path: P
             untouched = board.get(f"{base}/plan/2/step/a", graph=base)
             assert untouched is not None and untouched["status"] == "todo"
 
-            again = Ingestor(board, archive, "j1")  # a resumed job picks the steps up
+            # a resumed job picks the steps up
+            again = Blocking(Ingestor(board, archive, "j1",
+                                      DirectWriter(JobNodeStore(board, archive, "j1"))))
             again.restore()
             again.turn("DA", 1, f"{base}/turn/DA.2.a/1", "finish(summary=\"a\") → finished")
             a = board.get(f"{base}/plan/2/step/a", graph=base)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -16,14 +16,14 @@ from gliding.config.settings import Settings
 from gliding.daemon.board import worker_views
 from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+from gliding.memory.board.nodes import JobNodeStore, index_iri, latest_revisions
 from gliding.memory.board.projection import Projector
 from gliding.memory.board.vocabulary import from_jsonld
 from gliding.memory.coherence.cache import Cache
 from gliding.memory.coherence.directory import Directory
-from gliding.memory.coherence.nodes import JobNodeStore
 from gliding.memory.coherence.service import CoherenceTimeout
 from gliding.memory.coherence.views import CoherentViews
-from gliding.memory.ingest.ingestor import Ingestor, index_iri, latest_revisions
+from gliding.memory.ingest.ingestor import Ingestor
 from gliding.testing.coherence import MemoryNodeStore
 
 pytestmark = pytest.mark.anyio
@@ -51,11 +51,7 @@ async def job(tmp: Path, *, resumed: bool = False) -> AsyncIterator[
         reader = Cache(bus, "j", "agents")
         await tg.start(writer.serve)
         await tg.start(reader.serve)
-
-        def write(iri: str, text: str) -> int:
-            return anyio.from_thread.run(writer.write, iri, text)
-
-        ingestor = Ingestor(board, archive, "j", writer=write)
+        ingestor = Ingestor(board, archive, "j", writer)
         if resumed:
             await anyio.to_thread.run_sync(ingestor.restore)
         yield ingestor, CoherentViews(reader, words), reader, store
@@ -65,11 +61,11 @@ async def job(tmp: Path, *, resumed: bool = False) -> AsyncIterator[
 
 async def test_writes_go_through_the_directory_and_views_see_only_changes(tmp_path: Path) -> None:
     async with job(tmp_path) as (ingestor, views, reader, store):
-        await anyio.to_thread.run_sync(ingestor.plan, 1, ["write hello.py", "test it"], None)
+        await ingestor.plan(1, ["write hello.py", "test it"], None)
         first = await views.update("CA-1", "CA", J, 2000)
         assert first.count("Step <") == 2 and first == await views.briefing("CA", J, 2000)
         assert await views.update("CA-1", "CA", J, 2000) == "", "nothing changed, nothing sent"
-        await anyio.to_thread.run_sync(ingestor.artifact, "hello.py", f"{J}/result/r1")
+        await ingestor.artifact("hello.py", f"{J}/result/r1")
         assert views.stats.invalidated >= 1, "the index line's invalidation dropped the view"
         change = await views.update("CA-1", "CA", J, 2000)
         assert change.startswith("Artifact <") and "\n" not in change
@@ -86,8 +82,8 @@ async def test_writes_go_through_the_directory_and_views_see_only_changes(tmp_pa
 
 async def test_the_view_is_the_projectors_frame(tmp_path: Path) -> None:
     async with job(tmp_path) as (ingestor, views, _, _):
-        await anyio.to_thread.run_sync(ingestor.plan, 1, ["a step"], None)
-        await anyio.to_thread.run_sync(ingestor.artifact, "x.txt", f"{J}/result/r1")
+        await ingestor.plan(1, ["a step"], None)
+        await ingestor.artifact("x.txt", f"{J}/result/r1")
         mine = await views.briefing("CA", J, 2000)
         theirs = Projector(ingestor.board, words).briefing("CA", J, 2000)
         assert sorted(line.split(":")[0] for line in mine.splitlines()) == sorted(
@@ -96,9 +92,9 @@ async def test_the_view_is_the_projectors_frame(tmp_path: Path) -> None:
 
 async def test_a_changed_node_is_re_sent_and_unchanged_ones_are_not(tmp_path: Path) -> None:
     async with job(tmp_path) as (ingestor, views, _, _):
-        await anyio.to_thread.run_sync(ingestor.plan, 1, ["one", "two"], None)
+        await ingestor.plan(1, ["one", "two"], None)
         await views.update("s", "CA", J, 2000)
-        await anyio.to_thread.run_sync(ingestor.put, {
+        await ingestor.put({
             "@id": f"{J}/plan/1/step/2", "@type": "Step", "text": "two", "status": "done",
             "partOf": f"{J}/plan/1"})
         change = await views.update("s", "CA", J, 2000)
@@ -107,9 +103,9 @@ async def test_a_changed_node_is_re_sent_and_unchanged_ones_are_not(tmp_path: Pa
 
 async def test_a_resumed_job_continues_the_revisions_and_the_index(tmp_path: Path) -> None:
     async with job(tmp_path) as (ingestor, _, _, _):
-        await anyio.to_thread.run_sync(ingestor.plan, 1, ["one"], None)
+        await ingestor.plan(1, ["one"], None)
     async with job(tmp_path, resumed=True) as (ingestor, views, _, store):
-        await anyio.to_thread.run_sync(ingestor.plan, 2, ["again"], None)
+        await ingestor.plan(2, ["again"], None)
         view = await views.briefing("CA", J, 2000)
         assert f"{J}/plan/1/step/1" in view and f"{J}/plan/2/step/1" in view
         assert store.load(f"{J}/plan/1/step/1")[0] == 1
@@ -117,7 +113,7 @@ async def test_a_resumed_job_continues_the_revisions_and_the_index(tmp_path: Pat
 
 async def test_views_hold_their_lines_shared(tmp_path: Path) -> None:
     async with job(tmp_path) as (ingestor, views, reader, _):
-        await anyio.to_thread.run_sync(ingestor.plan, 1, ["one"], None)
+        await ingestor.plan(1, ["one"], None)
         await views.briefing("CA", J, 2000)
         states = {line.state.name for line in reader.lines.values()}
         assert states == {"S"}
@@ -135,10 +131,10 @@ async def test_an_invalidated_line_of_a_view_is_read_again_before_it_is_asked_fo
     async with job(tmp_path) as (ingestor, views, reader, _):
         async with anyio.create_task_group() as tg:
             await tg.start(views.serve)
-            await anyio.to_thread.run_sync(ingestor.plan, 1, ["one"], None)
+            await ingestor.plan(1, ["one"], None)
             await views.update("s", "CA", J, 2000)
             misses = reader.stats.misses
-            await anyio.to_thread.run_sync(ingestor.artifact, "a.txt", f"{J}/result/r1")
+            await ingestor.artifact("a.txt", f"{J}/result/r1")
             with anyio.fail_after(5):
                 while views.stats.prefetched == 0:
                     await anyio.sleep(0.01)
@@ -152,10 +148,10 @@ async def test_an_invalidated_line_of_a_view_is_read_again_before_it_is_asked_fo
 
 async def test_a_session_is_sent_what_differs_from_its_briefing(tmp_path: Path) -> None:
     async with job(tmp_path) as (ingestor, views, _, _):
-        await anyio.to_thread.run_sync(ingestor.plan, 1, ["one"], None)
+        await ingestor.plan(1, ["one"], None)
         briefing = await views.briefing("CA", J, 2000)
         views.shown("s", f"Blackboard (what the team recorded so far):\n{briefing}")
-        await anyio.to_thread.run_sync(ingestor.artifact, "a.txt", f"{J}/result/r1")
+        await ingestor.artifact("a.txt", f"{J}/result/r1")
         change = await views.update("s", "CA", J, 2000)  # its first look: only the news
         assert change.startswith("Artifact <") and "Step <" not in change
 
@@ -163,22 +159,27 @@ async def test_a_session_is_sent_what_differs_from_its_briefing(tmp_path: Path) 
 async def test_a_failed_index_write_is_mended_when_the_node_is_written_again(
         tmp_path: Path) -> None:
     async with job(tmp_path) as (ingestor, views, _, store):
-        write = ingestor.writer
-        assert write is not None
+        cache = ingestor.writer
         failures = [1]
 
-        def flaky(iri: str, text: str) -> int:
-            if "/index/" in iri and failures:
-                failures.pop()
-                raise CoherenceTimeout("no answer (a test said so)")
-            return write(iri, text)
+        class Flaky:
+            """The ingestion cache, its first index write unanswered."""
 
-        ingestor.writer = flaky
+            async def write(self, iri: str, text: str | None) -> int:
+                if "/index/" in iri and failures:
+                    failures.pop()
+                    raise CoherenceTimeout("no answer (a test said so)")
+                return await cache.write(iri, text)
+
+            async def write_many(self, items: Sequence[tuple[str, str]]) -> list[int]:
+                return [await self.write(iri, text) for iri, text in items]
+
+        ingestor.writer = Flaky()
         node = {"@id": f"{J}/artifact/a.txt", "@type": "Artifact", "path": "a.txt",
                 "partOf": J}
         with pytest.raises(CoherenceTimeout):
-            await anyio.to_thread.run_sync(ingestor.put, node)
-        await anyio.to_thread.run_sync(ingestor.put, node)
+            await ingestor.put(node)
+        await ingestor.put(node)
         assert f"{J}/artifact/a.txt" in await views.briefing("CA", J, 2000)
 
 

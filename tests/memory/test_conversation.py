@@ -26,8 +26,10 @@ from gliding.core.dates import parse_date, parse_when
 from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.board.blackboard import Ref
+from gliding.memory.board.nodes import DirectWriter, JobNodeStore
 from gliding.memory.board.vocabulary import MAX_IRI_CHARS, VocabularyError, check_iri, from_jsonld
 from gliding.memory.ingest.ingestor import Ingestor
+from gliding.testing.blocking import Blocking
 
 JOB = "conv-1"
 BASE = f"gliding://job/{JOB}"
@@ -148,10 +150,12 @@ def test_sessions_of_reads_sessions_in_numeric_order_with_captions() -> None:
 # --- ingestion --------------------------------------------------------------------------------
 
 
-def open_all(tmp: Path) -> tuple[ConversationIngestor, OxigraphBlackboard, Archive]:
+def open_all(tmp: Path) -> tuple[Any, OxigraphBlackboard, Archive]:
+    """A conversation ingestor on the pass-through writer, each call run to its end here."""
     board = OxigraphBlackboard.in_memory()
     archive = Archive.open(tmp, JOB)
-    return ConversationIngestor(Ingestor(board, archive, JOB)), board, archive
+    writer = DirectWriter(JobNodeStore(board, archive, JOB))
+    return Blocking(ConversationIngestor(Ingestor(board, archive, JOB, writer))), board, archive
 
 
 def subjects(board: OxigraphBlackboard, graph: str = BASE) -> set[str]:

@@ -24,9 +24,11 @@ from gliding.daemon.compose import run_job
 from gliding.daemon.runtime import blackboard_path
 from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
+from gliding.memory.board.nodes import DirectWriter, JobNodeStore
 from gliding.memory.board.vocabulary import NS, VocabularyError, check_iri, from_jsonld
 from gliding.memory.ingest.ingestor import Ingestor
 from gliding.testing import ScriptedLLM, call
+from gliding.testing.blocking import Blocking
 from gliding.tools.checks import outcome_of
 
 GLIDING = str(Path(sys.executable).parent / "gliding")
@@ -157,10 +159,17 @@ def test_memory_graph_draws_a_neighbourhood(tmp_path: Path) -> None:
 J = "gliding://job/j"
 
 
-def ingestor(tmp: Path) -> tuple[Ingestor, OxigraphBlackboard, Archive]:
+def direct(board: OxigraphBlackboard, archive: Archive) -> Any:
+    """An ingestor of job ``j`` on the pass-through writer (coherence off), each call run to its
+    end here, so the test's board queries run on no event loop."""
+    writer = DirectWriter(JobNodeStore(board, archive, "j"))
+    return Blocking(Ingestor(board, archive, "j", writer))
+
+
+def ingestor(tmp: Path) -> tuple[Any, OxigraphBlackboard, Archive]:
     board = OxigraphBlackboard.in_memory()
     archive = Archive.open(tmp, "j")
-    return Ingestor(board, archive, "j"), board, archive
+    return direct(board, archive), board, archive
 
 
 def record(n: int, name: str, arguments: dict[str, Any], output: str,
@@ -305,7 +314,7 @@ def test_restore_takes_up_an_earlier_runs_revisions(tmp_path: Path) -> None:
         ing.job_node("goal")
         ing.turn("DA", 1, f"{J}/turn/DA/1", "first")
         ing.turn("DA", 1, f"{J}/turn/DA/1", "second")
-        again = Ingestor(board, archive, "j")  # a resumed job's ingestor
+        again = direct(board, archive)  # a resumed job's ingestor
         assert again.restore() == 2
         again.turn("DA", 1, f"{J}/turn/DA/1", "second")  # unchanged: nothing new archived
         again.turn("DA", 1, f"{J}/turn/DA/1", "third")  # changed: the next revision
@@ -320,7 +329,7 @@ def test_restore_keeps_entities_merging_across_a_resume(tmp_path: Path) -> None:
     with archive:
         ing.tool_result(ToolRecord("bash", {"command": "python src/app.py"}, False, crash,
                                    f"{J}/result/DA-1-0"))
-        again = Ingestor(board, archive, "j")  # the resumed job's ingestor
+        again = direct(board, archive)  # the resumed job's ingestor
         again.restore()
         again.tool_result(ToolRecord("read_file", {"path": "src/app.py"}, True,
                                      "def main():\n    pass\n", f"{J}/result/DA-2-0"))

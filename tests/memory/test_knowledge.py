@@ -15,24 +15,25 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gliding.bench.conversation import ConversationIngestor, sessions_of
+from gliding.bench.conversation import ingest_conversation, sessions_of
 from gliding.context.tokens import TokenCounter
 from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
-from gliding.memory.board.blackboard import BlackboardError, QueryError, Ref
+from gliding.memory.board.blackboard import QueryError
+from gliding.memory.board.nodes import DirectWriter, JobNodeStore
 from gliding.memory.board.search import Hit
-from gliding.memory.board.vocabulary import VocabularyError
-from gliding.memory.ingest.ingestor import Ingestor
+from gliding.memory.board.vocabulary import VocabularyError, to_jsonld
 from gliding.memory.recall.hybrid import MemoryItem, RecallSettings
 from gliding.memory.recall.knowledge import (
     RECALLED_TYPES,
-    IndexingBlackboard,
     KnowledgeMemory,
 )
 from gliding.memory.recall.vectors import ExactVectorIndex
 from gliding.testing import embedder as fakes
 
 COUNT = TokenCounter().count
+pytestmark = pytest.mark.anyio
+
 G = "gliding://job/kg1"
 G2 = "gliding://job/kg2"
 
@@ -43,6 +44,13 @@ class HashEmbedder(fakes.HashEmbedder):
 
 def memory(board: OxigraphBlackboard | None = None, **options: Any) -> KnowledgeMemory:
     return KnowledgeMemory(board or OxigraphBlackboard.in_memory(), COUNT, **options)
+
+
+def write(km: KnowledgeMemory, node: dict[str, Any], *, graph: str) -> str:
+    """What a job's node store does with a node: put it on the board, then tell its listener."""
+    iri = km.board.put(node, graph=graph)
+    km.observe(node, graph)
+    return iri
 
 
 def fact(name: str, text: str, graph: str = G, **more: Any) -> dict[str, Any]:
@@ -64,9 +72,8 @@ def item(km: KnowledgeMemory, iri: str) -> MemoryItem:
 
 def test_a_node_put_through_the_board_is_stored_and_recalled() -> None:
     km = memory()
-    assert isinstance(km.board, IndexingBlackboard)
-    iri = km.board.put(fact("1", "The zebra crossing near the school"), graph=G)
-    assert km.store.get(iri, graph=G) == {"@id": iri, "@type": "Fact",
+    iri = write(km, fact("1", "The zebra crossing near the school"), graph=G)
+    assert km.board.get(iri, graph=G) == {"@id": iri, "@type": "Fact",
                                           "text": "The zebra crossing near the school"}
     assert len(km) == 1
     packed = km.recall("zebra", 100)
@@ -77,24 +84,21 @@ def test_a_node_put_through_the_board_is_stored_and_recalled() -> None:
 def test_a_refused_node_is_neither_stored_nor_indexed() -> None:
     km = memory()
     with pytest.raises(VocabularyError):
-        km.board.put({"@id": f"{G}/fact/x", "@type": "Fact", "text": 7}, graph=G)
-    assert len(km) == 0 and km.store.count() == 0
+        write(km, {"@id": f"{G}/fact/x", "@type": "Fact", "text": 7}, graph=G)
+    assert len(km) == 0 and km.board.count() == 0
 
 
-def test_the_indexing_board_passes_everything_else_through() -> None:
-    inner = OxigraphBlackboard.in_memory(max_limit=7)
-    km = memory(inner)
-    km.board.put(fact("1", "one"), graph=G)
-    board = km.board
-    assert isinstance(board, IndexingBlackboard) and board.max_limit == 7
-    assert board.get(f"{G}/fact/1", graph=G) == inner.get(f"{G}/fact/1", graph=G)
-    assert board.count(graph=G) == inner.count(graph=G) == 2
-    assert board.query("SELECT ?s WHERE { ?s ?p ?o }", graph=G)[0]["s"] == Ref(f"{G}/fact/1")
-    triples = board.construct("CONSTRUCT { ?s ?p ?o } WHERE { ?s ?p ?o }", graph=G)
-    assert len(triples) == 2
-    board.close()
-    with pytest.raises(BlackboardError, match="closed"):
-        inner.count()
+async def test_what_a_job_s_node_store_writes_is_indexed_and_what_it_refuses_is_not(
+        tmp_path: Path) -> None:
+    km = memory()
+    with Archive.open(tmp_path, "kg1") as archive:
+        store = JobNodeStore(km.board, archive, "kg1")
+        store.listen(km.observe)
+        writer = DirectWriter(store)
+        await writer.write(f"{G}/fact/1", to_jsonld(fact("1", "the zebra crossing")))
+        with pytest.raises(VocabularyError):
+            await writer.write(f"{G}/fact/2", to_jsonld(fact("3", "not the IRI written")))
+    assert km.recall("zebra", 100).ids == (f"{G}/fact/1",) and len(km) == 1
 
 
 CONTENT: dict[str, dict[str, Any]] = {
@@ -119,26 +123,26 @@ CONTENT: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("kind", sorted(CONTENT))
 def test_only_recalled_types_are_indexed(kind: str) -> None:
     km = memory()
-    km.board.put({"@id": f"{G}/{kind.lower()}/1", "@type": kind, **CONTENT[kind]}, graph=G)
+    write(km, {"@id": f"{G}/{kind.lower()}/1", "@type": kind, **CONTENT[kind]}, graph=G)
     assert len(km) == (1 if kind in RECALLED_TYPES else 0)
-    assert km.store.count(graph=G) > 0  # stored either way
+    assert km.board.count(graph=G) > 0  # stored either way
 
 
 def test_recalled_nodes_without_content_are_not_indexed() -> None:
     km = memory()
-    km.board.put({"@id": f"{G}/turn/DA/1", "@type": "Turn", "role": "DA"}, graph=G)
-    km.board.put({"@id": f"{G}/decision/1", "@type": "Decision", "status": "done"}, graph=G)
-    km.board.put(fact("blank", "   \n\t "), graph=G)
+    write(km, {"@id": f"{G}/turn/DA/1", "@type": "Turn", "role": "DA"}, graph=G)
+    write(km, {"@id": f"{G}/decision/1", "@type": "Decision", "status": "done"}, graph=G)
+    write(km, fact("blank", "   \n\t "), graph=G)
     assert len(km) == 0
 
 
 def test_item_text_joins_the_content_keys_once_and_a_turn_s_name_is_not_content() -> None:
     km = memory()
-    km.board.put({"@id": f"{G}/turn/A/1", "@type": "Turn", "role": "A", "name": "D1:1",
+    write(km, {"@id": f"{G}/turn/A/1", "@type": "Turn", "role": "A", "name": "D1:1",
                   "text": "the real words", "summary": "a summary"}, graph=G)
-    km.board.put({"@id": f"{G}/turn/A/2", "@type": "Turn", "role": "A",
+    write(km, {"@id": f"{G}/turn/A/2", "@type": "Turn", "role": "A",
                   "summary": "only a summary"}, graph=G)
-    km.board.put({"@id": f"{G}/result/1", "@type": "ToolResult", "name": "grep",
+    write(km, {"@id": f"{G}/result/1", "@type": "ToolResult", "name": "grep",
                   "summary": "grep ok", "path": "grep"}, graph=G)
     assert item(km, f"{G}/turn/A/1").text == "the real words"
     assert item(km, f"{G}/turn/A/2").text == "only a summary"
@@ -147,11 +151,11 @@ def test_item_text_joins_the_content_keys_once_and_a_turn_s_name_is_not_content(
 
 def test_a_node_is_indexed_once_and_keeps_its_first_text() -> None:
     km = memory()
-    km.board.put(fact("1", "first words"), graph=G)
-    km.board.put(fact("1", "second words"), graph=G)
-    km.board.put(fact("1", "third words"), graph=G2)
+    write(km, fact("1", "first words"), graph=G)
+    write(km, fact("1", "second words"), graph=G)
+    write(km, fact("1", "third words"), graph=G2)
     assert len(km) == 1
-    assert (km.store.get(f"{G}/fact/1", graph=G) or {})["text"] == "second words"
+    assert (km.board.get(f"{G}/fact/1", graph=G) or {})["text"] == "second words"
     assert item(km, f"{G}/fact/1").text == "first words"  # documented: until load()
 
 
@@ -159,14 +163,14 @@ def test_puts_are_embedded_in_batches_of_batch_size() -> None:
     embedder = HashEmbedder()
     km = memory(embedder=embedder, batch_size=3)
     for n in range(2):
-        km.board.put(fact(str(n), f"fact {n}"), graph=G)
+        write(km, fact(str(n), f"fact {n}"), graph=G)
     assert embedder.calls == [] and len(km.index) == 0 and len(km) == 2
-    km.board.put(fact("2", "fact 2"), graph=G)  # the third fills the batch
+    write(km, fact("2", "fact 2"), graph=G)  # the third fills the batch
     assert [len(call) for call in embedder.calls] == [3] and len(km.index) == 3
-    km.board.put(fact("3", "fact 3"), graph=G)
+    write(km, fact("3", "fact 3"), graph=G)
     assert km.flush() == 1 and km.flush() == 0
     assert [len(call) for call in embedder.calls] == [3, 1]
-    km.board.put(fact("4", "fact 4 zebra"), graph=G)
+    write(km, fact("4", "fact 4 zebra"), graph=G)
     assert f"{G}/fact/4" in km.recall("zebra", 100).ids  # recall flushes first
     assert len(km.index) == 5 and len(km.index.vectors) == 5
 
@@ -177,18 +181,18 @@ def test_puts_are_embedded_in_batches_of_batch_size() -> None:
 def test_items_carry_sessions_positions_dates_speakers_and_labels() -> None:
     km = memory()
     s1, s2 = f"{G}/session/1", f"{G}/session/2"
-    km.board.put({"@id": f"{G}/turn/Ana/D1%3A2", "@type": "Turn", "role": "Ana",
+    write(km, {"@id": f"{G}/turn/Ana/D1%3A2", "@type": "Turn", "role": "Ana",
                   "name": "D1:2", "text": "hello", "partOf": s1, "position": 2,
                   "createdAt": "2023-05-08T13:56:00"}, graph=G)
-    km.board.put({"@id": f"{G}/turn/Ben/D2%3A1", "@type": "Turn", "role": "Ben",
+    write(km, {"@id": f"{G}/turn/Ben/D2%3A1", "@type": "Turn", "role": "Ben",
                   "name": "D2:1", "text": "later", "partOf": s2, "position": 1,
                   "sessionDate": "1:56 pm on 8 June, 2023"}, graph=G)
-    km.board.put({"@id": f"{G}/turn/Ana/x", "@type": "Turn", "role": "Ana", "text": "no pos",
+    write(km, {"@id": f"{G}/turn/Ana/x", "@type": "Turn", "role": "Ana", "text": "no pos",
                   "partOf": s1, "createdAt": "2023-05-08T23:30:00+02:00",
                   "sessionDate": "1 January, 1999"}, graph=G)
-    km.board.put(fact("f", "important", importance=0.9,
+    write(km, fact("f", "important", importance=0.9,
                       sessionDate="not a date"), graph=G)
-    km.board.put({"@id": "https://example.org/fact/1", "@type": "Fact", "text": "outside",
+    write(km, {"@id": "https://example.org/fact/1", "@type": "Fact", "text": "outside",
                   "importance": 1}, graph=G)
     first, second = item(km, f"{G}/turn/Ana/D1%3A2"), item(km, f"{G}/turn/Ben/D2%3A1")
     assert (first.session, first.position, first.date, first.speaker, first.label) == (
@@ -221,8 +225,8 @@ def entity(name: str, graph: str = G) -> str:
 def graph_memory(**options: Any) -> KnowledgeMemory:
     km = memory(**options)
     for name in ("Rare", "Trio", "Common", "Single"):
-        km.board.put({"@id": entity(name), "@type": "Entity", "name": name}, graph=G)
-    km.board.put({"@id": f"{G}/person/Ana", "@type": "Person", "name": "Ana"}, graph=G)
+        write(km, {"@id": entity(name), "@type": "Entity", "name": name}, graph=G)
+    write(km, {"@id": f"{G}/person/Ana", "@type": "Person", "name": "Ana"}, graph=G)
     mentions = {
         "f1": ["Rare", "Trio", "Common", "Single", "ana"],
         "f2": ["Rare", "Common"], "f3": ["Trio", "Common"], "f4": ["Trio", "Common"],
@@ -230,10 +234,10 @@ def graph_memory(**options: Any) -> KnowledgeMemory:
     }
     for name, names in mentions.items():
         iris = [f"{G}/person/Ana" if n == "ana" else entity(n) for n in names]
-        km.board.put(fact(name, f"fact {name}", mentions=iris), graph=G)
+        write(km, fact(name, f"fact {name}", mentions=iris), graph=G)
     # the same entity IRI mentioned in another graph must not count here
-    km.board.put(fact("x1", "elsewhere", graph=G2, mentions=[entity("Rare")]), graph=G2)
-    km.board.put(fact("x2", "elsewhere", graph=G2, mentions=[entity("Rare")]), graph=G2)
+    write(km, fact("x1", "elsewhere", graph=G2, mentions=[entity("Rare")]), graph=G2)
+    write(km, fact("x2", "elsewhere", graph=G2, mentions=[entity("Rare")]), graph=G2)
     return km
 
 
@@ -253,7 +257,7 @@ def test_related_leaves_out_the_names_the_query_says() -> None:
     shouted = km.related([f"{G}/fact/f1"], "And ANA?")
     assert shouted == {f"{G}/fact/f1": 2.0, f"{G}/fact/f2": 1.0, f"{G}/fact/f3": 1.0,
                        f"{G}/fact/f4": 1.0}
-    assert km.store.count(graph=G) > 0  # and the query text changed nothing
+    assert km.board.count(graph=G) > 0  # and the query text changed nothing
 
 
 def test_related_follows_rare_df_and_several_hits() -> None:
@@ -287,10 +291,10 @@ def test_recall_raises_the_items_that_share_a_rare_entity_with_its_hits() -> Non
     scores = {}
     for name, settings in (("on", plain), ("off", off)):
         km = memory(settings=settings)
-        km.board.put({"@id": entity("Oslo"), "@type": "Entity", "name": "Oslo"}, graph=G)
-        km.board.put(fact("hit", "the zebra was striped", mentions=[entity("Oslo")]), graph=G)
-        km.board.put(fact("far", "a cold fjord", mentions=[entity("Oslo")]), graph=G)
-        km.board.put(fact("none", "a warm beach"), graph=G)
+        write(km, {"@id": entity("Oslo"), "@type": "Entity", "name": "Oslo"}, graph=G)
+        write(km, fact("hit", "the zebra was striped", mentions=[entity("Oslo")]), graph=G)
+        write(km, fact("far", "a cold fjord", mentions=[entity("Oslo")]), graph=G)
+        write(km, fact("none", "a warm beach"), graph=G)
         km.ready()
         row = {i.id: n for n, i in enumerate(km.index.items)}
         got = km.index.scores("zebra")
@@ -306,10 +310,10 @@ def test_recall_raises_the_items_that_share_a_rare_entity_with_its_hits() -> Non
 
 def test_search_gives_hits_with_their_iris_types_and_graphs() -> None:
     km = memory(settings=RecallSettings(neighbour_weight=0))  # only the words count here
-    km.board.put(fact("1", "zebra  crossing\n\nat the school " + "x " * 400), graph=G)
-    km.board.put({"@id": f"{G2}/step/1", "@type": "Step", "text": "paint the zebra",
+    write(km, fact("1", "zebra  crossing\n\nat the school " + "x " * 400), graph=G)
+    write(km, {"@id": f"{G2}/step/1", "@type": "Step", "text": "paint the zebra",
                   "partOf": f"{G2}/plan/1"}, graph=G2)
-    km.board.put(fact("3", "nothing relevant"), graph=G)
+    write(km, fact("3", "nothing relevant"), graph=G)
     hits = km.search("zebra")
     assert [(h.iri, h.type, h.graph) for h in hits] == [
         (f"{G2}/step/1", "Step", G2), (f"{G}/fact/1", "Fact", G)]
@@ -322,36 +326,36 @@ def test_search_gives_hits_with_their_iris_types_and_graphs() -> None:
 
 def test_query_is_the_read_only_sparql_of_the_store() -> None:
     km = memory()
-    km.board.put(fact("1", "one"), graph=G)
+    write(km, fact("1", "one"), graph=G)
     rows = km.query("PREFIX gl: <https://gliding.dev/ns/v1#> "
                     "SELECT ?t WHERE { ?s gl:text ?t }", graph=G)
     assert rows == [{"t": "one"}]
     with pytest.raises(QueryError):
         km.query("DELETE WHERE { ?s ?p ?o }")
-    assert km.store.count(graph=G) == 2
+    assert km.board.count(graph=G) == 2
 
 
 # --- load ------------------------------------------------------------------------------------
 
 
-def fill(board: Any, graph: str, n: int) -> list[str]:
+def fill(km: KnowledgeMemory, graph: str, n: int) -> list[str]:
     iris = []
     for k in range(n):
-        iris.append(board.put({
+        iris.append(write(km, {
             "@id": f"{graph}/turn/A/{k}", "@type": "Turn", "role": "Ana" if k % 2 else "Ben",
             "name": f"D1:{k}", "text": f"turn number {k} about topic{k}",
             "partOf": f"{graph}/session/1", "position": k + 1,
             "createdAt": "2023-05-08T13:56:00", "importance": 0.5}, graph=graph))
-    board.put({"@id": f"{graph}/person/Ana", "@type": "Person", "name": "Ana"}, graph=graph)
+    write(km, {"@id": f"{graph}/person/Ana", "@type": "Person", "name": "Ana"}, graph=graph)
     return iris
 
 
 def test_load_indexes_an_existing_on_disk_store_page_by_page(tmp_path: Path) -> None:
     live = memory(OxigraphBlackboard.open(tmp_path / "kg", max_limit=5))
-    first, second = fill(live.board, G, 6), fill(live.board, G2, 3)
+    first, second = fill(live, G, 6), fill(live, G2, 3)
     live.flush()
     expected = {i.id: i for i in live.index.items}
-    live.store.close()
+    live.board.close()
     with OxigraphBlackboard.open(tmp_path / "kg", max_limit=5) as store:  # 9 nodes, ~90 rows
         km = memory(store)
         assert km.load() == 9
@@ -372,7 +376,7 @@ def test_load_indexes_an_existing_on_disk_store_page_by_page(tmp_path: Path) -> 
 
 def test_load_after_live_ingest_adds_nothing() -> None:
     km = memory()
-    fill(km.board, G, 3)
+    fill(km, G, 3)
     assert km.load() == 0 and len(km) == 3
 
 
@@ -387,9 +391,7 @@ def test_a_loaded_memory_scores_like_the_live_one(tmp_path: Path) -> None:
     board = OxigraphBlackboard.in_memory()
     live = memory(board)
     with Archive.open(tmp_path, "conv") as archive:
-        ingest = ConversationIngestor(Ingestor(live.board, archive, "conv"))
-        for session in sessions_of(PUPPY):
-            ingest.session(session)
+        ingest_conversation(live.board, archive, "conv", sessions_of(PUPPY), live.observe)
     live.ready()
     loaded = memory(board)
     loaded.load()
@@ -424,7 +426,7 @@ def test_the_embedder_factory_runs_on_the_first_recall_and_backfills() -> None:
     factory = Factory(embedder)
     km = memory(embedder_factory=factory, batch_size=2)
     for n in range(3):
-        km.board.put(fact(str(n), f"fact {n} zebra" if n == 1 else f"fact {n}"), graph=G)
+        write(km, fact(str(n), f"fact {n} zebra" if n == 1 else f"fact {n}"), graph=G)
     assert factory.calls == 0 and not km.index.has_vectors  # ingest does not load it
     assert len(km.index) == 2  # one batch went in without vectors
     packed = km.recall("zebra", 100)
@@ -439,7 +441,7 @@ def test_the_embedder_factory_runs_on_the_first_recall_and_backfills() -> None:
 def test_a_factory_that_gives_none_leaves_recall_lexical() -> None:
     factory = Factory(None)
     km = memory(embedder_factory=factory)
-    km.board.put(fact("1", "zebra"), graph=G)
+    write(km, fact("1", "zebra"), graph=G)
     assert km.recall("zebra", 100).ids == (f"{G}/fact/1",)
     km.recall("zebra", 100)
     assert factory.calls == 1 and not km.index.has_vectors
@@ -448,7 +450,7 @@ def test_a_factory_that_gives_none_leaves_recall_lexical() -> None:
 def test_a_given_embedder_wins_over_the_factory() -> None:
     factory = Factory(HashEmbedder())
     km = memory(embedder=HashEmbedder(), embedder_factory=factory)
-    km.board.put(fact("1", "zebra"), graph=G)
+    write(km, fact("1", "zebra"), graph=G)
     km.recall("zebra", 100)
     assert factory.calls == 0
 
@@ -460,7 +462,7 @@ def test_a_lazy_embedder_fills_the_given_vector_index() -> None:
     index = QdrantVectorIndex.local(None, collection="kg", dim=HashEmbedder.dim)
     km = memory(embedder_factory=Factory(HashEmbedder()), vector_index=index, batch_size=1)
     for n in range(3):
-        km.board.put(fact(str(n), f"fact {n}"), graph=G)
+        write(km, fact(str(n), f"fact {n}"), graph=G)
     assert len(index) == 0
     km.recall("fact", 100)
     assert len(index) == 3 and km.index.vectors is index
@@ -480,7 +482,7 @@ def test_a_vector_index_factory_makes_the_index_when_the_embedder_arrives() -> N
         return made[-1]
 
     km = memory(embedder_factory=Factory(HashEmbedder()), vector_index_factory=make)
-    km.board.put(fact("1", "zebra"), graph=G)
+    write(km, fact("1", "zebra"), graph=G)
     assert asked == []
     km.recall("zebra", 100)
     assert asked == [HashEmbedder.dim] and km.index.vectors is made[0] and len(made[0]) == 1
@@ -489,7 +491,7 @@ def test_a_vector_index_factory_makes_the_index_when_the_embedder_arrives() -> N
 
 def test_a_vector_index_factory_that_gives_none_means_the_exact_index() -> None:
     km = memory(embedder_factory=Factory(HashEmbedder()), vector_index_factory=lambda _: None)
-    km.board.put(fact("1", "zebra"), graph=G)
+    write(km, fact("1", "zebra"), graph=G)
     km.recall("zebra", 100)
     assert isinstance(km.index.vectors, ExactVectorIndex) and len(km.index.vectors) == 1
 
@@ -556,9 +558,8 @@ BUDGET = 120
 def ingested(tmp_path: Path, settings: RecallSettings) -> tuple[KnowledgeMemory, dict[str, str]]:
     km = memory(settings=settings)
     with Archive.open(tmp_path, "locomo-1") as archive:
-        ingest = ConversationIngestor(Ingestor(km.board, archive, "locomo-1"))
-        for session in sessions_of(CONVERSATION):
-            ingest.session(session)
+        ingest = ingest_conversation(km.board, archive, "locomo-1", sessions_of(CONVERSATION),
+                                     km.observe)
     return km, ingest.turn_iris
 
 
@@ -593,10 +594,10 @@ def test_without_graph_expansion_the_detail_is_crowded_out(tmp_path: Path,
 def test_brief_leaves_out_the_running_job_and_weak_matches_and_never_loads_vectors() -> None:
     factory = Factory(HashEmbedder())
     km = memory(embedder_factory=factory)
-    km.board.put(fact("a", "the staging database listens on port 5433"), graph=G)
-    km.board.put(fact("b", "the staging database was moved to a new host", G2), graph=G2)
-    km.board.put(fact("c", "lunch is at noon", G2), graph=G2)
-    km.board.put(fact("d", "a database backup runs nightly", G2), graph=G2)  # one shared term
+    write(km, fact("a", "the staging database listens on port 5433"), graph=G)
+    write(km, fact("b", "the staging database was moved to a new host", G2), graph=G2)
+    write(km, fact("c", "lunch is at noon", G2), graph=G2)
+    write(km, fact("d", "a database backup runs nightly", G2), graph=G2)  # one shared term
     packed = km.brief("which port does the staging database use", 200, exclude_graphs=[G])
     assert packed.ids == (f"{G2}/fact/b",)
     assert COUNT(packed.text) == packed.tokens <= 200
@@ -620,11 +621,11 @@ class FlakyEmbedder(HashEmbedder):
 def test_a_failed_flush_keeps_the_items_waiting_and_the_put_succeeds() -> None:
     embedder = FlakyEmbedder()
     km = memory(embedder=embedder, batch_size=2)
-    km.board.put(fact("a", "alpha apples"), graph=G)
+    write(km, fact("a", "alpha apples"), graph=G)
     embedder.fail = 1
-    km.board.put(fact("b", "beta bananas"), graph=G)  # indexing fails: logged, not raised
-    assert km.store.get(f"{G}/fact/b", graph=G) is not None
-    km.board.put(fact("c", "gamma grapes"), graph=G)
+    write(km, fact("b", "beta bananas"), graph=G)  # indexing fails: logged, not raised
+    assert km.board.get(f"{G}/fact/b", graph=G) is not None
+    write(km, fact("c", "gamma grapes"), graph=G)
     assert len(km) == 3
     assert f"{G}/fact/b" in km.recall("bananas", 200).ids
 
@@ -632,12 +633,12 @@ def test_a_failed_flush_keeps_the_items_waiting_and_the_put_succeeds() -> None:
 def test_a_failed_embedder_attach_leaves_recall_lexical_and_working() -> None:
     embedder = FlakyEmbedder()
     km = memory(embedder_factory=lambda: embedder)
-    km.board.put(fact("a", "alpha apples"), graph=G)
+    write(km, fact("a", "alpha apples"), graph=G)
     km.flush()  # indexed by words before any embedder
     embedder.fail = 1
     assert km.recall("apples", 200).ids == (f"{G}/fact/a",)
     assert km.index.embedder is None and len(km.index.vectors) == 0
-    km.board.put(fact("b", "beta bananas"), graph=G)
+    write(km, fact("b", "beta bananas"), graph=G)
     assert f"{G}/fact/b" in km.recall("bananas", 200).ids
 
 
@@ -659,7 +660,7 @@ def test_recall_from_a_thread_while_ingestion_writes_is_consistent() -> None:
     thread.start()
     try:
         for n in range(120):
-            km.board.put(fact(str(n), f"cat story {n}"), graph=G)
+            write(km, fact(str(n), f"cat story {n}"), graph=G)
     finally:
         done.set()
         thread.join()

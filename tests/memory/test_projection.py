@@ -110,12 +110,16 @@ def test_frames_always_have_a_limit_and_refuse_hostile_graphs() -> None:
 
 def test_ingestion_invalidates_the_views_that_used_a_node(tmp_path: Path) -> None:
     from gliding.memory.archive.store import Archive
+    from gliding.memory.board.nodes import DirectWriter, JobNodeStore
     from gliding.memory.ingest.ingestor import Ingestor
+    from gliding.testing.blocking import Blocking
 
     board = OxigraphBlackboard.in_memory()
     projector = Projector(board, COUNT)
     with Archive.open(tmp_path, "j") as archive:
-        ingestor = Ingestor(board, archive, "j", on_write=projector.invalidate)
+        store = JobNodeStore(board, archive, "j")
+        store.listen(projector.written)  # as the composition root wires it
+        ingestor = Blocking(Ingestor(board, archive, "j", DirectWriter(store)))
         ingestor.job_node("goal")
         ingestor.plan(1, ["first", "second"], None)
         before = projector.briefing("CA", "gliding://job/j", 500)

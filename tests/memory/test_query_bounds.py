@@ -51,6 +51,14 @@ JOB = "gliding://job/j1"
 FORKS = [0]  # forks this process made since the module was imported
 os.register_at_fork(after_in_parent=lambda: FORKS.__setitem__(0, FORKS[0] + 1))
 
+def remember(memory: KnowledgeMemory, node: dict[str, Any], *, graph: str) -> str:
+    """What a job's node store does with a node: put it on the board, then tell long-term
+    memory (its listener)."""
+    iri = memory.board.put(node, graph=graph)
+    memory.observe(node, graph)
+    return iri
+
+
 
 def lines(board: OxigraphBlackboard, n: int = 2000, words: int = 4) -> OxigraphBlackboard:
     board.store.extend(
@@ -141,7 +149,7 @@ async def test_four_timed_out_queries_in_a_row_leave_memory_working(tmp_path: Pa
     counter = await anyio.to_thread.run_sync(TokenCounter)  # loads its encoding: off the loop
     with OxigraphBlackboard.open(tmp_path / "bb") as store:
         memory = KnowledgeMemory(await anyio.to_thread.run_sync(lines, store), counter.count)
-        memory.board.put({"@id": f"{JOB}/fact/1", "@type": "Fact", "partOf": JOB,
+        remember(memory, {"@id": f"{JOB}/fact/1", "@type": "Fact", "partOf": JOB,
                           "text": "the staging database listens on port 5433"}, graph=JOB)
         access = MemoryAccess(memory, counter.count, 600, query_timeout_s=0.3)
         tools = Toolset(KnowledgeGroup(access).tools)

@@ -28,6 +28,7 @@ from gliding.memory.backends import qdrant_vectors
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.backends.qdrant_vectors import QdrantVectorIndex
 from gliding.memory.backends.sparql_endpoint import SparqlEndpointBlackboard
+from gliding.memory.board.nodes import JobNodeStore
 from gliding.memory.coherence.cache import DEFAULT_MARGIN_S
 from gliding.memory.recall.knowledge import KnowledgeMemory
 from gliding.memory.recall.vectors import ExactVectorIndex, VectorIndex
@@ -316,8 +317,8 @@ def test_coherence_lease_s_is_how_long_a_cache_trusts_a_line(tmp: Path, lease: s
         since the read, on the cache's clock, set by hand: the machine's load plays no part)."""
         board = OxigraphBlackboard.in_memory()
         async with InProcessBus() as bus, \
-                job_board(bus, board, Archive.open(tmp / "data", "j"), "j", settings, len,
-                          resumed=False) as jb:
+                job_board(bus, JobNodeStore(board, Archive.open(tmp / "data", "j"), "j"),
+                          settings, len, resumed=False) as jb:
             assert jb is not None and jb.directory.lease_s == expected
             cache, now = jb.views.cache, [1000.0]
             cache.clock = lambda: now[0]

@@ -45,6 +45,14 @@ J1, J2 = "gliding://job/j1", "gliding://job/j2"
 COUNT = TokenCounter().count
 RECALL_BUDGET = 600
 
+def remember(memory: KnowledgeMemory, node: dict[str, Any], *, graph: str) -> str:
+    """What a job's node store does with a node: put it on the board, then tell long-term
+    memory (its listener)."""
+    iri = memory.board.put(node, graph=graph)
+    memory.observe(node, graph)
+    return iri
+
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -55,12 +63,12 @@ def anyio_backend() -> str:
 def knowledge() -> Iterator[KnowledgeMemory]:
     board = OxigraphBlackboard.in_memory(max_limit=1000)
     memory = KnowledgeMemory(board, TokenCounter().count)
-    memory.board.put({"@id": J1, "@type": "Job",
+    remember(memory, {"@id": J1, "@type": "Job",
                       "name": "Record the staging database port in notes.txt"}, graph=J1)
-    memory.board.put({"@id": f"{J1}/fact/1", "@type": "Fact", "partOf": J1,
+    remember(memory, {"@id": f"{J1}/fact/1", "@type": "Fact", "partOf": J1,
                       "text": "the staging database listens on port 5433"}, graph=J1)
-    memory.board.put({"@id": J2, "@type": "Job", "name": "Rename the cache module"}, graph=J2)
-    memory.board.put({"@id": f"{J2}/fact/1", "@type": "Fact", "partOf": J2,
+    remember(memory, {"@id": J2, "@type": "Job", "name": "Rename the cache module"}, graph=J2)
+    remember(memory, {"@id": f"{J2}/fact/1", "@type": "Fact", "partOf": J2,
                       "text": "the cache module is called store.py"}, graph=J2)
     yield memory
     board.close()
@@ -138,7 +146,7 @@ async def test_kg_search_without_the_embeddings_extra_ranks_by_words_and_says_so
     monkeypatch.setattr(vectors, "_unavailable_logged", False)
     board = OxigraphBlackboard.in_memory(max_limit=1000)
     memory = KnowledgeMemory(board, COUNT, embedder_factory=load_embedder)  # as a job wires it
-    memory.board.put({"@id": f"{J1}/fact/1", "@type": "Fact",
+    remember(memory, {"@id": f"{J1}/fact/1", "@type": "Fact",
                       "text": "the staging database listens on port 5433"}, graph=J1)
     try:
         with capture_logs() as logs:
@@ -225,12 +233,12 @@ async def test_no_rows_outside_graph_points_at_the_named_graphs(
 ])
 async def test_updates_and_service_are_refused_and_change_nothing(
         tmp_path: Path, knowledge: KnowledgeMemory, sparql: str, word: str) -> None:
-    before = knowledge.store.count()
+    before = knowledge.board.count()
     out = await job(tmp_path, knowledge).use("knowledge_query", sparql=sparql)
     assert not out.ok
     assert out.output.startswith(f"error: refused: {word} is not allowed"), out.output
     assert "hint: " in out.output
-    assert knowledge.store.count() == before
+    assert knowledge.board.count() == before
 
 
 @pytest.mark.anyio
@@ -249,7 +257,7 @@ async def test_a_query_that_does_not_parse_is_an_error_the_model_can_read(
 async def test_a_huge_result_is_bounded_with_a_count_of_the_rest(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
     for i in range(400):
-        knowledge.board.put({"@id": f"{J1}/fact/n{i}", "@type": "Fact", "partOf": J1,
+        remember(knowledge, {"@id": f"{J1}/fact/n{i}", "@type": "Fact", "partOf": J1,
                              "text": f"note {i}: " + "padding words " * 30}, graph=J1)
     sparql = PREFIX + "SELECT ?s ?text WHERE { GRAPH ?g { ?s gl:text ?text } }"
     out = await job(tmp_path, knowledge).use("knowledge_query", sparql=sparql)
@@ -276,7 +284,7 @@ async def test_store_failures_and_timeouts_come_back_as_errors_with_their_hint(
         "knowledge_query", sparql="SELECT * WHERE { ?s ?p ?o }")
     assert not out.ok and out.output == ("error: the query ran past 10.0 s\n"
                                          "  hint: narrow the query")
-    knowledge.store.close()
+    knowledge.board.close()
     closed = await job(tmp_path, knowledge).use("knowledge_query",
                                                  sparql="SELECT * WHERE { ?s ?p ?o }")
     assert not closed.ok and "is closed" in closed.output
@@ -317,7 +325,7 @@ async def test_recall_leaves_out_an_empty_section(
 @pytest.mark.anyio
 async def test_recall_keeps_the_session_when_long_term_memory_fails(
         tmp_path: Path, knowledge: KnowledgeMemory) -> None:
-    knowledge.store.close()  # recall's graph step now fails on the closed store
+    knowledge.board.close()  # recall's graph step now fails on the closed store
     kept = await job(tmp_path, knowledge, Session("#1 PA: planned the port")).use(
         "recall", query="staging database port")
     assert kept.ok and kept.output.startswith(f"{SESSION_LABEL}\n#1 PA: planned the port")
@@ -341,7 +349,7 @@ async def test_kg_search_stays_within_max_chars_for_hostile_nodes(
     with OxigraphBlackboard.in_memory() as board:
         memory = KnowledgeMemory(board, COUNT)
         for i, text in enumerate(HOSTILE_TEXTS * 12):
-            memory.board.put({"@id": f"{LONG_IRI}{i}" if i % 2 else f"{J1}/fact/{i}",
+            remember(memory, {"@id": f"{LONG_IRI}{i}" if i % 2 else f"{J1}/fact/{i}",
                               "@type": "Fact", "partOf": J1, "text": f"padding {text}"},
                              graph=J1)
         wired = MemoryAccess(memory, COUNT, budget_tokens)

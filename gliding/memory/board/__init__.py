@@ -3,6 +3,8 @@
     blackboard.py   the port (Blackboard, read-only SPARQL, IRI and literal quoting); its stores
                     live in ``memory/backends/``
     vocabulary.py   the JSON-LD vocabulary: node types, properties, validation, RDF mapping
+    nodes.py        a job's nodes: revisions in L0, state on the board, the one write path
+                    (``BoardWriter``; ``DirectWriter`` when coherence is off) and its listeners
     projection.py   L3: per-role SPARQL frames rendered into a compact briefing, cached
     search.py       BM25 text search over every node's words
 

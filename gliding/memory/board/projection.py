@@ -3,8 +3,9 @@
 A frame is a SPARQL CONSTRUCT template over the vocabulary of ``vocabulary.py``, around a focus
 (the job), one hop deep, always with a LIMIT. Values enter templates only through
 ``sparql_iri`` (never by string pasting). The rendered briefing is cut to a token budget. Views
-are cached per (role, focus) and dropped when any node they used is written again
-(``invalidate``, called by the ingestion path).
+are cached per (role, focus) and dropped when any node they used is written again: the
+projector listens to the job's node store (``JobNodeStore.listen(projector.written)``), where
+every write ends.
 
 Frames (what each role is shown: the node types its role file lists under ``projection``,
 read through the role registry, ``gliding.config.roles``); those of the roles that ship:
@@ -19,8 +20,9 @@ read through the role registry, ``gliding.config.roles``); those of the roles th
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gliding.config.roles import entry
 from gliding.memory.board.blackboard import Blackboard, Ref, Triple, sparql_iri
@@ -77,6 +79,10 @@ class Projector:
         with self._lock:
             self.views[key] = _View(text, used)
         return text
+
+    def written(self, node: Mapping[str, Any], graph: str) -> None:
+        """A ``board/nodes.WriteListener``: ``node`` was written, the views it may be in go."""
+        self.invalidate(str(node["@id"]), str(node.get("@type")))
 
     def invalidate(self, iri: str, node_type: str | None = None) -> int:
         """Drop every view that used ``iri`` and, when the written node's type is given, every

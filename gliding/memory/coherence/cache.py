@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import anyio
@@ -198,6 +198,25 @@ class Cache:
                 f"the write of {iri} was not acknowledged within {self.timeout_s:g}s: it may or "
                 "may not have taken effect", hint="read the node again before relying on it")
         return answer.version
+
+    async def write_many(self, items: Sequence[tuple[str, str]]) -> list[int]:
+        """``write`` each ``(iri, value)`` in order, every one even after one fails; then the
+        first failure is raised (a ``BoardWriter``'s batch: the directory orders each line's
+        writes, so there is no transaction across lines to have).
+
+        Raises:
+            CoherenceTimeout, BusError: as ``write``.
+        """
+        versions: list[int] = []
+        failure: GlidingError | None = None
+        for iri, value in items:
+            try:
+                versions.append(await self.write(iri, value))
+            except GlidingError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return versions
 
     async def leave(self) -> None:
         """This cache is done: the directory drops it from every entry at once, so writers of

@@ -57,12 +57,6 @@ class CoherenceTimeout(CoherenceError):
     code = "coherence.timeout"
 
 
-class BoardClosed(CoherenceError):
-    """A write to a job's board that is closing: the job is ending (or crashed)."""
-
-    code = "coherence.closed"
-
-
 class NodeStore(Protocol):
     """Where the directory keeps what was written: versioned values by IRI. Blocking; called on
     worker threads, never for one IRI from two threads at once."""

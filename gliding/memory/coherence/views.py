@@ -36,10 +36,10 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from gliding.errors import GlidingError
+from gliding.memory.board.nodes import index_iri
 from gliding.memory.board.projection import frame_types
 from gliding.memory.board.vocabulary import VocabularyError, from_jsonld
 from gliding.memory.coherence.cache import Cache
-from gliding.memory.ingest.ingestor import index_iri
 
 log = structlog.get_logger("gliding.memory")
 

@@ -30,32 +30,40 @@ Entities come from ``entities.extract``. One that does not validate is skipped (
 never the result or the other entities. An entity seen again is merged with what was written
 before (relations united, literals kept unless the new sighting gives them), so it stays one node.
 
-A revision is archived as JSON-LD (with the inline @context) under
-``gliding://job/<job>/node/<kind>/<name>/<revision>``; putting an unchanged node again writes
-nothing new.
+Every node goes through one ``BoardWriter`` (``board/nodes.py``): the job's coherence cache,
+or the pass-through when coherence is off. The store behind it archives each revision as JSON-LD
+(with the inline @context) under ``gliding://job/<job>/node/<kind>/<name>/<revision>``; putting
+an unchanged node again writes nothing. Writes are awaited on the event loop; what blocks (entity
+extraction, reading the board) runs on worker threads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 from urllib.parse import quote
 
+import anyio
 import structlog
 
 from gliding.bus.messages import PlanStep
 from gliding.core.crashpoints import crash_point
-from gliding.core.iri import hashed_segment, parse_iri, parse_step_session, record_iri
+from gliding.core.iri import parse_iri, parse_step_session
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
-from gliding.memory.archive.records import ArchivedItem
 from gliding.memory.archive.store import Archive
-from gliding.memory.board.blackboard import Blackboard, sparql_iri
+from gliding.memory.board.blackboard import Blackboard
+from gliding.memory.board.nodes import (
+    INDEXED,
+    BoardWriter,
+    index_iri,
+    index_members,
+    latest_revisions,
+)
 from gliding.memory.board.vocabulary import (
-    NS,
     PROPERTIES,
     VocabularyError,
     from_jsonld,
@@ -67,7 +75,6 @@ from gliding.memory.ingest.entities import Entities, extract
 log = structlog.get_logger("gliding.memory")
 
 SUMMARY_CHARS = 300
-MAX_SEGMENT_CHARS = 200  # what core.iri.parse_iri (and so the archive) accepts in a segment
 SUMMARY_IDS = 5
 
 
@@ -100,146 +107,99 @@ class Verdict(Protocol):
 
 
 class Ingestor:
-    """Writes one job's nodes into the blackboard and their revisions into the job's archive."""
+    """Writes one job's nodes through ``writer``; reads the board (index lines) and the
+    archive (``restore``) directly."""
 
     def __init__(self, board: Blackboard, archive: Archive, job: str,
-                 on_write: Callable[[str, str], object] | None = None,
-                 writer: Callable[[str, str], int] | None = None) -> None:
-        """``writer(iri, jsonld) -> revision``: write through the coherence directory instead
-        (``coherence/nodes.py`` archives the revision and puts the node; the call returns once
-        the write is acknowledged). Nodes of a type in ``INDEXED`` also update their type's
-        index line when first written."""
+                 writer: BoardWriter) -> None:
         self.board = board
         self.writer = writer
-        self.on_write = on_write  # e.g. Projector.invalidate: views that used a node go stale
         self.archive = archive
         self.job = job
         self.job_iri = f"gliding://job/{job}"
         self.graph = self.job_iri
         self._revisions: dict[str, tuple[int, str]] = {}  # node IRI -> (revision, sha256)
         self._entities: dict[str, dict[str, Any]] = {}  # entity IRI -> last node written
-        self._queue: list[Mapping[str, Any]] | None = None  # inside batch(): board writes
-        self._undo: dict[str, tuple[int, str] | None] = {}  # inside batch(): revisions before
-        self._unwritten: set[str] = set()  # archived, not (yet) on the board
+        self._queue: list[tuple[Mapping[str, Any], str, str]] | None = None  # inside batch()
         self._steps: dict[str, dict[str, Any]] = {}  # step IRI -> its node as last put
 
-    def put(self, node: Mapping[str, Any]) -> str:
-        """Validate ``node``, archive its revision in L0 when its content changed, then write
-        it to the blackboard (inside ``batch``: once the batch's revisions are committed).
+    async def put(self, node: Mapping[str, Any]) -> str:
+        """Validate ``node`` and write it (inside ``batch``: when the batch ends); a node
+        unchanged since its last acknowledged write is not written again. A node of a type in
+        ``INDEXED`` also updates its type's index line when first written.
 
-        A node whose board write failed is written again by the next ``put`` of it, even
-        unchanged (its revision is in L0 already). Raises VocabularyError, ArchiveError (nothing
-        written) or BlackboardError (the revision is archived, the board write will be retried).
+        Raises VocabularyError (nothing written) or what the writer raises (the next ``put``
+        of the node writes it again, even unchanged).
         """
         crash_point("ingest.write")
         text = to_jsonld(node)
         digest = hashlib.sha256(text.encode()).hexdigest()
         iri = str(node["@id"])
-        if self.writer is not None:
-            return self._put_coherent(node, iri, text, digest)
-        revision, last = self._revisions.get(iri, (0, ""))
-        if digest != last:
-            revision += 1
-            self.archive.put(self._revision_iri(iri, revision), text, kind="node",
-                             media_type="application/ld+json", meta={"node": iri})
-            if self._queue is not None:
-                self._undo.setdefault(iri, self._revisions.get(iri))
-            self._revisions[iri] = (revision, digest)
-            self._unwritten.add(iri)
-        elif iri not in self._unwritten:
-            return iri
-        if self._queue is not None:
-            self._queue.append(node)
-        else:
-            self._write(node)
-        return iri
-
-    @contextmanager
-    def batch(self) -> Iterator[Ingestor]:
-        """Ingest a block of nodes at once: their revisions go to L0 in one transaction, and
-        the nodes to the blackboard after it commits (L0 first, so the board never holds a
-        node whose revision is not archived). If the block raises, nothing of it is written.
-        After the commit every queued node is written even if one fails (the first failure is
-        raised at the end; failed nodes are retried by their next put). Nested blocks join the
-        outer one."""
-        if self._queue is not None:
-            yield self
-            return
-        if self.writer is not None:
-            yield from self._batch_coherent()
-            return
-        self._queue, self._undo = [], {}
-        entities, unwritten = dict(self._entities), set(self._unwritten)
-        try:
-            with self.archive.batch():
-                yield self
-        except BaseException:
-            for iri, previous in self._undo.items():
-                if previous is None:
-                    self._revisions.pop(iri, None)
-                else:
-                    self._revisions[iri] = previous
-            self._entities, self._unwritten = entities, unwritten
-            self._queue = None
-            raise
-        queued, self._queue = self._queue, None
-        _write_all(queued, self._write)
-
-    def _put_coherent(self, node: Mapping[str, Any], iri: str, text: str, digest: str) -> str:
-        """``put`` through ``writer``: the directory numbers the revision; nothing is written
-        here, and an unchanged node is not written at all."""
-        assert self.writer is not None
         known = self._revisions.get(iri)
         if known is not None and known[1] == digest:
             return iri
         if self._queue is not None:
-            self._queue.append(node)
+            self._queue.append((node, text, digest))
             return iri
-        revision = self.writer(iri, text)
-        kind = str(node.get("@type"))
-        if known is None and kind in INDEXED and "partOf" in node:
-            # the members as the board holds them now (this node, any resumed job's, any
-            # whose index write failed before), so one failure is mended by the next member
-            members = sorted({*index_members(self.board, self.graph, kind), iri})
-            self.writer(index_iri(self.graph, kind), json.dumps(members))
+        revision = await self.writer.write(iri, text)
+        await self._index([node], new={iri} if known is None else set())
         self._revisions[iri] = (revision, digest)  # after the index: a failure writes it again
-        if self.on_write is not None:
-            self.on_write(iri, kind)
         return iri
 
-    def _batch_coherent(self) -> Iterator[Ingestor]:
-        """``batch`` through ``writer``: the block's nodes are written after it, one by one (a
-        block that raises writes nothing; the first failure is raised at the end)."""
+    @asynccontextmanager
+    async def batch(self) -> AsyncIterator[Ingestor]:
+        """Ingest a block of nodes at once, through ``writer.write_many`` when the block ends
+        (the pass-through archives their revisions in one L0 transaction before any reaches
+        the board). If the block raises, nothing of it is written. Nested blocks join the
+        outer one."""
+        if self._queue is not None:
+            yield self
+            return
         self._queue = []
+        entities, steps = dict(self._entities), dict(self._steps)
         try:
             yield self
-        except BaseException:
-            self._queue = None
+        except BaseException:  # what the block saw is forgotten with what it would write
+            self._queue, self._entities, self._steps = None, entities, steps
             raise
         queued, self._queue = self._queue, None
-        _write_all(queued, self.put)
+        if not queued:
+            return
+        revisions = await self.writer.write_many([(str(n["@id"]), text)
+                                                  for n, text, _ in queued])
+        new = {str(n["@id"]) for n, _, _ in queued if str(n["@id"]) not in self._revisions}
+        await self._index([n for n, _, _ in queued], new=new)
+        for (node, _, digest), revision in zip(queued, revisions, strict=True):
+            self._revisions[str(node["@id"])] = (revision, digest)
 
-    def _write(self, node: Mapping[str, Any]) -> None:
-        iri = str(node["@id"])
-        self.board.put(node, graph=self.graph)
-        self._unwritten.discard(iri)
-        if self.on_write is not None:
-            self.on_write(iri, str(node.get("@type")))
+    async def _index(self, nodes: Sequence[Mapping[str, Any]], *, new: set[str]) -> None:
+        """Write the index line of each type in ``INDEXED`` that got a new member: the members
+        as the board holds them now (this node, any resumed job's, any whose index write
+        failed before), so one failure is mended by the next member."""
+        kinds = {str(n.get("@type")) for n in nodes
+                 if str(n["@id"]) in new and str(n.get("@type")) in INDEXED and "partOf" in n}
+        for kind in sorted(kinds):
+            members = await anyio.to_thread.run_sync(index_members, self.board, self.graph,
+                                                     kind)
+            added = {str(n["@id"]) for n in nodes
+                     if str(n["@id"]) in new and n.get("@type") == kind}
+            await self.writer.write(index_iri(self.graph, kind),
+                                    json.dumps(sorted({*members, *added})))
 
-    def job_node(self, goal: str, status: str | None = None) -> str:
+    async def job_node(self, goal: str, status: str | None = None) -> str:
         node: dict[str, Any] = {"@id": self.job_iri, "@type": "Job", "name": goal}
         if status:
             node["status"] = status
-        return self.put(node)
+        return await self.put(node)
 
-    def plan(self, cycle: int, steps: Sequence[str | PlanStep], turn_iri: str | None) -> str:
+    async def plan(self, cycle: int, steps: Sequence[str | PlanStep], turn_iri: str | None) -> str:
         """The Plan node of ``cycle`` and a Step node per step (a plain string: step ``<i>``,
         depending on the one before)."""
         plan_iri = f"{self.job_iri}/plan/{cycle}"
         node: dict[str, Any] = {"@id": plan_iri, "@type": "Plan", "partOf": self.job_iri}
         if turn_iri:
             node["derivedFrom"] = [turn_iri]
-        self.put(node)
+        await self.put(node)
         for i, item in enumerate(steps, 1):
             if isinstance(item, str):
                 sid, text, needs = str(i), item, [str(i - 1)] if i > 1 else []
@@ -249,20 +209,20 @@ class Ingestor:
                                     "text": text, "partOf": plan_iri, "status": "todo"}
             if needs:
                 step["dependsOn"] = [_step_iri(plan_iri, d) for d in needs]
-            self._steps[self.put(step)] = step
+            self._steps[await self.put(step)] = step
         return plan_iri
 
-    def artifact(self, path: str, archived_iri: str) -> str:
-        return self.put({"@id": archived_iri, "@type": "Artifact", "path": path,
+    async def artifact(self, path: str, archived_iri: str) -> str:
+        return await self.put({"@id": archived_iri, "@type": "Artifact", "path": path,
                          "partOf": self.job_iri})
 
-    def check_report(self, cycle: int, attempt: int, results: Sequence[Verdict]) -> list[str]:
+    async def check_report(self, cycle: int, attempt: int, results: Sequence[Verdict]) -> list[str]:
         out = []
         for i, r in enumerate(results, 1):
             about = self.job_iri
             if isinstance(r.path, str):
                 about = f"{self.job_iri}/artifact/{quote(r.path, safe='')}"
-            out.append(self.put({
+            out.append(await self.put({
                 "@id": f"{self.job_iri}/check/{cycle}.{attempt}/{i}", "@type": "CheckReport",
                 "status": r.status, "about": [about], "text": r.check,
                 "summary": r.evidence[:500], "partOf": self.job_iri}))
@@ -290,12 +250,12 @@ class Ingestor:
                 (self._entities if entity else self._steps)[node] = last
         return len(self._revisions)
 
-    def decision(self, cycle: int, decision: str, report: str) -> str:
-        return self.put({"@id": f"{self.job_iri}/decision/{cycle}", "@type": "Decision",
+    async def decision(self, cycle: int, decision: str, report: str) -> str:
+        return await self.put({"@id": f"{self.job_iri}/decision/{cycle}", "@type": "Decision",
                          "status": decision, "text": report or decision,
                          "partOf": self.job_iri})
 
-    def turn(self, role: str, n: int, iri: str, summary: str) -> str:
+    async def turn(self, role: str, n: int, iri: str, summary: str) -> str:
         """The Turn node of one LLM turn, at its L0 IRI; a step session's turn is also
         recorded on its step (``doneBy``, ``status``)."""
         self._own(iri)
@@ -303,14 +263,14 @@ class Ingestor:
         session = parse_step_session(parts[0]) if parts else None
         if session is not None:
             role = session[0]  # the role, whichever name the caller had for the session
-        out = self.put({"@id": iri, "@type": "Turn", "role": role,
+        out = await self.put({"@id": iri, "@type": "Turn", "role": role,
                         "summary": _one_line(summary, SUMMARY_CHARS) or f"{role} turn {n}",
                         "partOf": self.job_iri})
         if session is not None:
-            self._step_turn(session[1], session[2], iri, summary)
+            await self._step_turn(session[1], session[2], iri, summary)
         return out
 
-    def _step_turn(self, cycle: int, step: str, iri: str, summary: str) -> None:
+    async def _step_turn(self, cycle: int, step: str, iri: str, summary: str) -> None:
         step_iri = _step_iri(f"{self.job_iri}/plan/{cycle}", step)
         node = self._steps.get(step_iri)
         if node is None:  # the plan never reached the board: nothing to record it on
@@ -320,22 +280,23 @@ class Ingestor:
         status = "done" if finished or node.get("status") == "done" else "doing"
         done_by = [*node.get("doneBy", ()), iri]
         node = {**node, "doneBy": list(dict.fromkeys(done_by)), "status": status}
-        self.put(node)
+        await self.put(node)
         self._steps[step_iri] = node
 
-    def tool_result(self, record: ToolCall, turn_iri: str | None = None) -> str:
+    async def tool_result(self, record: ToolCall, turn_iri: str | None = None) -> str:
         """The ToolResult node of one call, at its L0 IRI, and the entities it mentions."""
         self._own(record.iri)
-        found = extract(record.name, record.arguments, record.output, record.ok)
+        found = await anyio.to_thread.run_sync(extract, record.name, record.arguments,
+                                               record.output, record.ok)
         mentions = [iri for node in self._entity_nodes(found)
-                    if (iri := self._put_entity(node)) is not None]
+                    if (iri := await self._put_entity(node)) is not None]
         node: dict[str, Any] = {"@id": record.iri, "@type": "ToolResult", "name": record.name,
                                 "status": "ok" if record.ok else "error",
                                 "summary": _result_summary(record, found),
                                 "partOf": self.job_iri, "mentions": mentions}
         if turn_iri:
             node["derivedFrom"] = [turn_iri]
-        return self.put(node)
+        return await self.put(node)
 
     def _entity_nodes(self, found: Entities) -> list[dict[str, Any]]:
         nodes: list[dict[str, Any]] = []
@@ -361,7 +322,7 @@ class Ingestor:
                           "text": text, "partOf": self.job_iri})
         return nodes
 
-    def _put_entity(self, node: dict[str, Any]) -> str | None:
+    async def _put_entity(self, node: dict[str, Any]) -> str | None:
         """Merge ``node`` into what was written under its IRI and put it; None if skipped."""
         iri = str(node["@id"])
         old = self._entities.get(iri)
@@ -374,7 +335,7 @@ class Ingestor:
             node = merged
         try:
             normal = validate_node(node)
-            self.put(normal)
+            await self.put(normal)
         except GlidingError as exc:
             log.warning("blackboard.entity.skipped", job=self.job, iri=iri[:200],
                         error=exc.message[:300])
@@ -389,76 +350,9 @@ class Ingestor:
         if not isinstance(iri, str) or not iri.startswith(self.job_iri + "/"):
             raise VocabularyError(f"{iri!r} is not an IRI of job {self.job}")
 
-    def _revision_iri(self, node_iri: str, revision: int) -> str:
-        return revision_iri(self.job, node_iri, revision)
-
-
-def revision_iri(job: str, node_iri: str, revision: int) -> str:
-    """The L0 IRI of revision ``revision`` of the node ``node_iri`` of ``job``."""
-    rest = node_iri[len(f"gliding://job/{job}"):].strip("/") or "job"
-    kind, _, name = rest.partition("/")
-    if len(quote(name, safe="")) > MAX_SEGMENT_CHARS:  # L0 IRI segments are bounded
-        name = hashed_segment(name)
-    return str(record_iri(job, "node", kind, name or "-", str(revision)))
-
-
-def _write_all(nodes: Sequence[Mapping[str, Any]], write: Callable[[Mapping[str, Any]], object]
-               ) -> None:
-    """``write`` every node, even after one fails; then raise the first failure, if any."""
-    failure: GlidingError | None = None
-    for node in nodes:
-        try:
-            write(node)
-        except GlidingError as exc:
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-
-
-INDEXED = frozenset({"Plan", "Step", "Artifact", "CheckReport", "Decision"})
-"""The node types whose members (those ``partOf`` something) an index line lists: what the
-roles' briefings show (``projection.frame_types``)."""
-
-
-def index_iri(graph: str, kind: str) -> str:
-    """The coherence line listing the members of type ``kind`` in the job graph ``graph``."""
-    return f"{graph}/index/{kind}"
-
-
-def index_members(board: Blackboard, graph: str, kind: str) -> list[str]:
-    """The nodes of type ``kind`` with a ``partOf`` in ``graph``, sorted (an index line's value).
-
-    Raises:
-        BlackboardError: the board could not be read.
-    """
-    if kind not in INDEXED:
-        raise VocabularyError(f"{kind!r} has no index line")
-    rows = board.query(
-        f"PREFIX gl: <{NS}>\nSELECT ?s WHERE {{ GRAPH {sparql_iri(graph)} {{ ?s a gl:{kind} . "
-        f"?s gl:partOf ?p }} }} ORDER BY ?s", isolated=False)
-    return sorted({str(getattr(r["s"], "iri", r["s"])) for r in rows if "s" in r})
-
 
 def _step_iri(plan_iri: str, step: str) -> str:
     return f"{plan_iri}/step/{quote(step, safe='')}"
-
-
-def latest_revisions(archive: Archive) -> dict[str, tuple[int, ArchivedItem]]:
-    """Each node with revisions in ``archive``: its newest revision's number and entry
-    (listed, without content).
-
-    Raises:
-        ArchiveError: the archive cannot be read.
-    """
-    latest: dict[str, tuple[int, ArchivedItem]] = {}
-    for item in archive.list(kind="node"):
-        node = item.meta.get("node")
-        if not isinstance(node, str):
-            continue
-        revision = int(item.iri.rsplit("/", 1)[-1])
-        if revision >= latest.get(node, (0, item))[0]:
-            latest[node] = (revision, item)
-    return latest
 
 
 def _result_summary(record: ToolCall, found: Entities) -> str:

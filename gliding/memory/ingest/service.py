@@ -1,8 +1,8 @@
 """Ingestion as a bus subscriber: what a job's agents say and archive becomes blackboard nodes.
 
 ``IngestService.serve`` listens to ``job/<job>/#`` and hands each message to the job's
-``Ingestor`` on a worker thread (blackboard writes and L0 revisions never run on the event
-loop), one message at a time, in order:
+``Ingestor``, one message at a time, in order (its writes are awaited on the event loop; what
+blocks runs on worker threads):
 
     JobEvent job.started / job.finished   the Job node (with its outcome at the end)
     Assignment                            nothing; ``caught_up`` waits for it to be reached,
@@ -15,8 +15,8 @@ loop), one message at a time, in order:
                                           with the files, symbols and errors it names
 
 An ingestion failure is logged and never stops the job. ``catch_up`` (a resumed job) writes
-to the board what an earlier run archived but did not get there: every node's latest revision,
-and a node for each archived turn and result that has none.
+to the board what an earlier run archived but did not get there: every node's latest revision
+(``JobNodeStore.mend``), and a node for each archived turn and result that has none.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from gliding.bus.port import Bus
 from gliding.core.iri import record_iri
 from gliding.core.text import one_line
 from gliding.errors import GlidingError
+from gliding.memory.archive.records import ArchivedItem
 from gliding.memory.archive.store import Archive
-from gliding.memory.board.vocabulary import from_jsonld
-from gliding.memory.coherence.service import BoardClosed
-from gliding.memory.ingest.ingestor import Ingestor, latest_revisions
+from gliding.memory.board.nodes import JobNodeStore, latest_revisions
+from gliding.memory.ingest.ingestor import Ingestor
 
 log = structlog.get_logger("gliding.memory")
 
@@ -102,13 +102,9 @@ class IngestService:
         return False
 
     async def handle(self, message: BusMessage) -> None:
-        """Ingest one message (on a worker thread); failures are logged, never raised."""
+        """Ingest one message; failures are logged, never raised."""
         try:
-            await anyio.to_thread.run_sync(self._ingest, message)
-        except BoardClosed as exc:  # the job is stopping: what stops it is the news, not this
-            self.failed += 1
-            log.info("blackboard.ingest.closed", job=self.ingestor.job, what=message.type,
-                     error=exc.message)
+            await self._ingest(message)
         except GlidingError as exc:
             self.failed += 1
             log.warning("blackboard.ingest.failed", job=self.ingestor.job, what=message.type,
@@ -116,27 +112,28 @@ class IngestService:
         else:
             self.ingested += 1
 
-    def _ingest(self, m: BusMessage) -> None:
+    async def _ingest(self, m: BusMessage) -> None:
         ing = self.ingestor
         if isinstance(m, JobEvent):
             if m.event == "job.started":
-                ing.job_node(self.goal)
+                await ing.job_node(self.goal)
             elif m.event == "job.finished":
-                ing.job_node(self.goal, str(m.data.get("outcome") or "") or None)
+                await ing.job_node(self.goal, str(m.data.get("outcome") or "") or None)
         elif isinstance(m, PlanMsg):
-            ing.plan(m.cycle, m.steps, m.turn_iri)
+            await ing.plan(m.cycle, m.steps, m.turn_iri)
         elif isinstance(m, ArtifactMsg):
             for path in m.written:
-                ing.artifact(path, str(record_iri(ing.job, "artifact", path)))
+                await ing.artifact(path, str(record_iri(ing.job, "artifact", path)))
         elif isinstance(m, CheckReportMsg):
-            ing.check_report(m.cycle, m.attempt, m.results)
+            await ing.check_report(m.cycle, m.attempt, m.results)
         elif isinstance(m, DecisionMsg):
-            ing.decision(m.cycle, m.decision, m.report)
+            await ing.decision(m.cycle, m.decision, m.report)
         elif isinstance(m, ArchivedMsg):
             if m.kind == "turn":
-                ing.turn(m.role, m.turn, m.iri, m.summary)
+                await ing.turn(m.role, m.turn, m.iri, m.summary)
             else:
-                ing.tool_result(self._result(m.iri), m.turn_iri or None)
+                result = await anyio.to_thread.run_sync(self._result, m.iri)
+                await ing.tool_result(result, m.turn_iri or None)
 
     def _result(self, iri: str) -> _Result:
         item = self.archive.get(iri)
@@ -145,40 +142,46 @@ class IngestService:
         return _Result(str(meta.get("tool", "?")), args if isinstance(args, dict) else {},
                        bool(meta.get("ok")), item.text(), iri)
 
-    def catch_up(self) -> tuple[int, int]:
-        """Write what an earlier run of the job archived but may not have put on the board.
+    async def catch_up(self, store: JobNodeStore) -> tuple[int, int]:
+        """Write what an earlier run of the job archived but may not have put on the board:
+        ``store`` (the job's) puts every node's newest revision again, then each archived turn
+        and result without a node gets one. Returns (nodes put again, turns and results
+        ingested). Failures are logged.
 
-        Returns (nodes rewritten, turns and results ingested). Failures are logged."""
+        Raises:
+            ArchiveError: the archive cannot be read.
+        """
         ing = self.ingestor
-        ing.restore()
-        latest = latest_revisions(self.archive)
-        rewritten = 0
-        for node_iri, (_n, revision) in latest.items():
-            try:
-                ing.board.put(from_jsonld(self.archive.get(revision.iri).content or b""),
-                              graph=ing.graph)
-                rewritten += 1
-            except GlidingError as exc:
-                log.warning("blackboard.catch_up.failed", job=ing.job, iri=node_iri,
-                            error=exc.message)
+        await anyio.to_thread.run_sync(ing.restore)
+        rewritten = await anyio.to_thread.run_sync(store.mend)
+        latest = await anyio.to_thread.run_sync(latest_revisions, self.archive)
+        listed = await anyio.to_thread.run_sync(self._archived)
         added = 0
-        for item in [*self.archive.list(kind="turn"), *self.archive.list(kind="result")]:
+        for item in listed:
             if item.iri in latest:
                 continue
             try:
                 if item.kind == "turn":
                     role, n = str(item.meta.get("role", "?")), int(item.meta.get("turn", 0))
-                    ing.turn(role, n, item.iri, _turn_line(self.archive.get(item.iri).text()))
+                    body = await anyio.to_thread.run_sync(self._text, item.iri)
+                    await ing.turn(role, n, item.iri, _turn_line(body))
                 else:
                     turn = f"gliding://job/{ing.job}/turn/{item.meta.get('role')}/" \
                            f"{item.meta.get('turn')}"
-                    ing.tool_result(self._result(item.iri), turn)
+                    result = await anyio.to_thread.run_sync(self._result, item.iri)
+                    await ing.tool_result(result, turn)
                 added += 1
             except (GlidingError, ValueError) as exc:
                 log.warning("blackboard.catch_up.failed", job=ing.job, iri=item.iri,
                             error=str(exc))
         log.info("blackboard.caught_up", job=ing.job, nodes=rewritten, items=added)
         return rewritten, added
+
+    def _archived(self) -> list[ArchivedItem]:
+        return [*self.archive.list(kind="turn"), *self.archive.list(kind="result")]
+
+    def _text(self, iri: str) -> str:
+        return self.archive.get(iri).text()
 
 
 def _turn_line(body: str) -> str:

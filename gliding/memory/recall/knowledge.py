@@ -1,12 +1,13 @@
 """Knowledge memory: the blackboard (L2) joined to hybrid recall, so what any agent wrote comes
 back on demand — by words, by meaning, and through the graph.
 
-``KnowledgeMemory`` wraps a ``Blackboard``: its ``board`` is a ``Blackboard`` too
-(``IndexingBlackboard``), and every node put through it is also remembered as a recall item
-when its type carries content worth recalling (``RECALLED_TYPES``). The ingestion path
-(``Ingestor``, ``ConversationIngestor``) writes through that board, so nothing is indexed that
-is not in the graph. Items are embedded in batches: puts are buffered and ``flush`` (called
-before every recall, and whenever ``batch_size`` items are waiting) embeds them at once.
+``KnowledgeMemory`` reads a ``Blackboard`` and listens to a job's node store
+(``board/nodes.JobNodeStore.listen(memory.observe)``): every node written there — through
+the coherence directory or the pass-through, the one write path of ingestion — is also
+remembered as a recall item when its type carries content worth recalling
+(``RECALLED_TYPES``), so nothing is indexed that is not in the graph. Items are embedded in
+batches: observed nodes are buffered and ``flush`` (called before every recall, and whenever
+``batch_size`` items are waiting) embeds them at once.
 
 Recall (``recall(query, budget)``) is ``HybridRecall`` (``recall.py``) with the graph wired in:
 its entity step asks the blackboard, with one SPARQL query, which other items share a rare
@@ -41,7 +42,6 @@ from gliding.memory.board.blackboard import (
     DEFAULT_TIMEOUT_S,
     Blackboard,
     Ref,
-    Triple,
     Value,
     sparql_iri,
     sparql_literal,
@@ -108,8 +108,7 @@ class KnowledgeMemory:
                  vector_index_factory: Callable[[int], VectorIndex | None] | None = None,
                  settings: RecallSettings | None = None, batch_size: int = 64,
                  graph: str | None = None) -> None:
-        self.store = board
-        self.board: Blackboard = IndexingBlackboard(board, self)
+        self.board = board
         self.graph = graph
         self.batch_size = batch_size
         self.index = HybridRecall(count=count, embedder=embedder,
@@ -186,13 +185,13 @@ class KnowledgeMemory:
         ``max_nodes`` nodes are read; returns how many items were added."""
         types = ", ".join(f"gl:{t}" for t in sorted(RECALLED_TYPES))
         keys = ", ".join(f"gl:{k}" for k in _LOADED)
-        page = int(getattr(self.store, "max_limit", 1000))  # the store caps every LIMIT
+        page = int(getattr(self.board, "max_limit", 1000))  # the store caps every LIMIT
         nodes: dict[tuple[str, str], dict[str, Any]] = {}
         for graph in (list(graphs) if graphs is not None else self._graphs(page)):
             found: dict[tuple[str, str], dict[str, Any]] = {}
             offset = 0
             while True:
-                rows = self.store.query(
+                rows = self.board.query(
                     _LOAD.format(graph=sparql_iri(graph), types=types, keys=keys)
                     + f" ORDER BY ?s ?p LIMIT {page} OFFSET {offset}", timeout_s=60.0,
                     isolated=False)
@@ -215,7 +214,7 @@ class KnowledgeMemory:
         """Every named graph of the store, newest job first (job ids start with the time)."""
         out: list[str] = []
         while True:
-            rows = self.store.query(_GRAPHS + f" ORDER BY DESC(?g) LIMIT {page} OFFSET {len(out)}",
+            rows = self.board.query(_GRAPHS + f" ORDER BY DESC(?g) LIMIT {page} OFFSET {len(out)}",
                                     timeout_s=60.0, isolated=False)
             out += [g.iri for row in rows if isinstance(g := row.get("g"), Ref)]
             if len(rows) < page:
@@ -324,7 +323,7 @@ class KnowledgeMemory:
                        f"FILTER(LCASE(STR(?n)) IN ({names})) }}")
         sparql = _RELATED.format(hits=values, rare=int(rare), exclude=exclude)
         graph = self.graph or (self._graph_of.get(hits[0]) if hits else None)
-        rows = self.store.query(sparql, graph=graph, timeout_s=DEFAULT_TIMEOUT_S, isolated=False)
+        rows = self.board.query(sparql, graph=graph, timeout_s=DEFAULT_TIMEOUT_S, isolated=False)
         out: dict[str, float] = {}
         for row in rows:
             other, shared = row.get("other"), row.get("shared")
@@ -350,39 +349,7 @@ class KnowledgeMemory:
               graph: str | None = None) -> list[dict[str, Value]]:
         """Read-only SPARQL over the blackboard (validated, LIMIT added or capped), isolated:
         stopped at ``timeout_s`` and within the store's memory bound for one query."""
-        return self.store.query(sparql, timeout_s=timeout_s, graph=graph)
-
-
-class IndexingBlackboard:
-    """A Blackboard that also hands every node it writes to a ``KnowledgeMemory``."""
-
-    def __init__(self, inner: Blackboard, memory: KnowledgeMemory) -> None:
-        self.inner = inner
-        self.memory = memory
-        self.max_limit = getattr(inner, "max_limit", 1000)
-
-    def put(self, node: Mapping[str, Any], *, graph: str) -> str:
-        iri = self.inner.put(node, graph=graph)  # validates: only valid nodes get this far
-        self.memory.observe(node, graph)
-        return iri
-
-    def get(self, iri: str, *, graph: str) -> dict[str, Any] | None:
-        return self.inner.get(iri, graph=graph)
-
-    def query(self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-              graph: str | None = None, isolated: bool = True) -> list[dict[str, Value]]:
-        return self.inner.query(sparql, timeout_s=timeout_s, graph=graph, isolated=isolated)
-
-    def construct(self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                  graph: str | None = None, isolated: bool = True) -> list[Triple]:
-        return self.inner.construct(sparql, timeout_s=timeout_s, graph=graph,
-                                    isolated=isolated)
-
-    def count(self, *, graph: str | None = None) -> int:
-        return self.inner.count(graph=graph)
-
-    def close(self) -> None:
-        self.inner.close()
+        return self.board.query(sparql, timeout_s=timeout_s, graph=graph)
 
 
 def _natural(text: str) -> tuple[Any, ...]:
