@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1
+# bytecode caches on (an environment may turn them off): no module, test or subprocess compiles
+# its sources again on every run, and pytest keeps its rewritten tests
+unset PYTHONDONTWRITEBYTECODE
 .venv/bin/ruff check gliding tests scripts
 .venv/bin/lint-imports
 .venv/bin/mypy gliding

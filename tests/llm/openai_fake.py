@@ -85,7 +85,8 @@ def serve_fake_openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
                 pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              name="fake-openai", daemon=True)
     thread.start()
     fake.url = url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     for name in ("OPENAI_API_BASE", "OPENAI_BASE_URL"):

@@ -70,7 +70,8 @@ class Recorder(BaseHTTPRequestHandler):
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ThreadingHTTPServer]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
     httpd.bodies = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
     monkeypatch.setenv("ANTHROPIC_API_KEY", "dummy")

@@ -65,7 +65,8 @@ class _Server(ThreadingHTTPServer):
 def server() -> Iterator[str]:
     httpd = _Server(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
     finally:

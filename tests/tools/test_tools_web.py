@@ -74,7 +74,8 @@ def server() -> Iterator[str]:
     """A local HTTP server on 127.0.0.1; its base URL."""
     httpd = _Server(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
