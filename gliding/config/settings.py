@@ -234,6 +234,9 @@ class WindowSettings(_Section):
     max_tokens: int = Field(16000, ge=500, le=10_000_000)  # hard ceiling: never a larger prompt
     max_messages: int = Field(60, ge=2, le=100_000)  # live messages after the history blocks
     keep_recent: int = Field(2, ge=1, le=10_000)  # newest messages always kept verbatim
+    # while every message, unrouted, fits in this share of max_tokens: no routing, no
+    # compaction (0: the engine saves from the first message)
+    whole_below: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _low_below_high(self) -> WindowSettings:

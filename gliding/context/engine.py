@@ -5,9 +5,13 @@
     [live messages, newest last]                                       only at compactions
     [working set: predicted earlier lines, this prompt only, when prefetch is on]
 
-Tool results over ``threshold`` bytes enter the live list already routed (summary + IRI, see
-``router``); so do tool calls whose arguments pass ``argument_cap`` (a stub + IRI instead of
-them: the agent loop refuses such a call and archives its arguments first). Between
+Saving starts only when it pays: while every message of the session, as it happened (the
+append-only prompt), fits in ``window.whole_below`` of ``window.max_tokens``, the prompt is that
+prompt — no result routed, nothing compacted, nothing forgotten. From the message that passes
+it on, the engine saves as follows. Tool results over ``threshold`` bytes enter the live list
+already routed (summary + IRI, see ``router``); so do tool calls whose arguments pass
+``argument_cap`` (a stub + IRI instead of them: the agent loop refuses such a call and
+archives its arguments first). Between
 compactions the prompt only grows by appending, so a provider's prompt cache keeps hitting.
 When the prompt passes the high-water mark (or ``max_messages``), the
 oldest live messages — never fewer than ``keep_recent`` kept, never a tool result separated
@@ -115,6 +119,10 @@ class ContextEngine:
         self._batch = (w.high_water - w.low_water) * w.target_tokens
         self._trigger = max(w.high_water * w.target_tokens, self._prefix_tokens + self._batch)
         self._baseline_live = 0  # tokens of every message ever added, unrouted
+        # whole: every message so far as it happened (the append-only prompt) is within
+        # whole_below x max_tokens, so the prompt is that prompt; saving starts past it
+        self._whole_limit = w.whole_below * w.max_tokens
+        self.whole = self._prefix_tokens <= self._whole_limit
         self._mentioned: set[str] = set()  # identifiers the agent or the task wrote
         for m in self.prefix:
             if m.role == "user":
@@ -143,6 +151,8 @@ class ContextEngine:
         self._turn += 1
         message = self._bounded_calls(message, iri)
         self._baseline_live += self.counter.message(message)
+        if self.whole and self._prefix_tokens + self._baseline_live > self._whole_limit:
+            self.whole = False  # from this message on the engine saves
         source = message.content
         said: list[str] = []
         if message.role in ("assistant", "user"):
@@ -157,7 +167,8 @@ class ContextEngine:
             self.facts.observe_use(said, self._turn, self._prefix_ids)
             if self.settings.prefetch.enabled:
                 self.predictor.observe_action([i for i in said if i not in self._prefix_ids])
-        if message.role == "tool" and (tool or message.name) not in WHOLE_TOOLS:
+        if (message.role == "tool" and not self.whole
+                and (tool or message.name) not in WHOLE_TOOLS):
             routed = route_result(message.content, iri=iri, tool=tool or message.name,
                                   threshold=self.settings.tool_result_iri.threshold,
                                   preview_size=self.settings.tool_result_iri.preview_size)
@@ -224,8 +235,8 @@ class ContextEngine:
         total = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
         block_tokens = sum(x.tokens for x in self.live if x.tool == WORKING_SET)
         # the block is not growth: it must not bring a compaction
-        if (total - block_tokens > self._trigger or len(self.live) > s.max_messages
-                or total > s.max_tokens):
+        if not self.whole and (total - block_tokens > self._trigger
+                               or len(self.live) > s.max_messages or total > s.max_tokens):
             self._compact(focus)
             total = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
         if total > s.max_tokens:

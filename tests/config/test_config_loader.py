@@ -328,14 +328,14 @@ def test_settings_keys_and_env_names() -> None:
     assert keys[:3] == [("data_dir",), ("log_level",), ("log_format",)]
     assert ("llm", "local", "n_ctx") in keys
     assert ("llm", "local") not in keys  # sections are not keys
-    # 21 under context:, 9 under memory:, 4 under mcp:, 5 under bus:, 7 under daemon:, 36
-    # elsewhere (21 under tools:: 6 sandbox, 8 web; 4 under scheduler:)
+    # 22 under context: (window.whole_below), 9 under memory:, 4 under mcp:, 5 under bus:,
+    # 7 under daemon:, 36 elsewhere (21 under tools:: 6 sandbox, 8 web; 4 under scheduler:)
     # issue 19: provider faults: llm.api_base, api_key_env, fallbacks, retry.* (5) = 8;
     # costs: llm.max_tokens, roles, prices = 3; toolchain: tools.toolchain.auto, mounts,
     # allow = 3; issue 20: tools.allow_home_dot_workspaces = 1
     # issue 20: bus.auth, bus.key_file, bus.max_message_bytes, username, password_file = 5
     # issue 20: mcp.task_pass_env = 1; bus.ca_file (TLS to the broker) = 1
-    assert len(keys) == len(set(keys)) == 21 + 36 + 9 + 4 + 5 + 7 + 8 + 3 + 3 + 1 + 5 + 1 + 1
+    assert len(keys) == len(set(keys)) == 22 + 36 + 9 + 4 + 5 + 7 + 8 + 3 + 3 + 1 + 5 + 1 + 1
     assert env_var_name(("llm", "local", "n_ctx")) == "GLIDING_LLM__LOCAL__N_CTX"
 
 

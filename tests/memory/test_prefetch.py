@@ -63,16 +63,30 @@ def test_a_closing_tag_line_is_not_a_line() -> None:
     assert [x.number for x in source.lines] == [2]
 
 
-def test_a_source_keeps_at_most_max_lines_each_clipped_to_line_chars() -> None:
+def test_a_source_keeps_at_most_max_lines_in_pieces_of_line_chars() -> None:
     index = LineIndex(max_lines=3, line_chars=40)
     text = "\n".join(f"name_{i}.attr " + "word " * 20 for i in range(10))
 
     source = index.add(iri(1), text, turn=1, kind="result")
 
+    # each line is cut into pieces of at most 40 characters; only pieces with identifiers stay
     assert [x.number for x in source.lines] == [1, 2, 3]
-    assert all(len(x.text) <= 40 and x.text.endswith("…") for x in source.lines)
+    assert all(len(x.text) <= 40 and x.text.startswith(f"name_{i}.attr")
+               for i, x in enumerate(source.lines))
     assert "name_5.attr" not in index.postings
     assert_consistent(index)
+
+
+def test_a_long_line_s_identifiers_are_each_in_a_piece_that_shows_them() -> None:
+    index = LineIndex(line_chars=60)
+    record = ", ".join(f'"key_{i}": "value_{i}_{1000 + i}"' for i in range(30))
+
+    source = index.add(iri(1), "{" + record + "}", turn=1, kind="result")
+
+    assert {x.number for x in source.lines} == {1} and len(source.lines) > 1
+    for line in source.lines:
+        assert len(line.text) <= 60 and all(ident in line.text for ident in line.ids)
+    assert all(f"value_{i}_{1000 + i}" in index.postings for i in range(30))
 
 
 def test_adding_a_source_twice_counts_it_once() -> None:

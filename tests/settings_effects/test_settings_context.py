@@ -356,6 +356,35 @@ def test_keep_recent_is_how_many_messages_a_compaction_leaves(
     assert min(after) == keep
 
 
+# --- context.window.whole_below ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [None, "0.5"], ids=["default", "0.5"])
+def test_whole_below_keeps_a_small_session_whole_and_saves_once_it_grows(
+    tmp: Path, value: str | None
+) -> None:
+    env = {} if value is None else {"GLIDING_CONTEXT__WINDOW__WHOLE_BELOW": value}
+    settings = settings_from(tmp, env)
+    limit = settings.context.window.whole_below * settings.context.window.max_tokens
+
+    run = play(settings, 40, result=700)  # results over the 2 KB threshold
+
+    routed = [i for i, p in enumerate(run.prompts)
+              if any("result archived as" in m.content for m in p)]
+    if value is None:  # 0: the engine saves from the first result on
+        assert routed[0] <= 1 and run.engine.stats.compactions > 0
+        return
+    first = routed[0]  # the first prompt with a result routed
+    assert first >= 5 and run.engine.stats.baseline_tokens > limit
+    # before it, every prompt was the append-only prompt: whole results, nothing compacted,
+    # each holding the one before it
+    assert all(run.compactions[i] == 0 for i in range(first))
+    assert run.counter.messages(run.prompts[first - 1]) <= limit
+    assert all(run.prompts[i][:len(run.prompts[i - 1])] == run.prompts[i - 1]
+               for i in range(1, first))
+    assert run.engine.stats.compactions > 0  # and it saves once it grew past the limit
+
+
 # --- context.summaries.budget_tokens -----------------------------------------------------------
 
 

@@ -133,6 +133,8 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_context.test_max_messages_bounds_the_live_messages"],
     "context.window.keep_recent": [
         "test_settings_context.test_keep_recent_is_how_many_messages_a_compaction_leaves"],
+    "context.window.whole_below": [
+        "test_settings_context.test_whole_below_keeps_a_small_session_whole_and_saves_once_it_grows"],
     "context.summaries.budget_tokens": [
         "test_settings_context.test_budget_tokens_bounds_the_history_block"],
     "context.summaries.beta": [

@@ -1,9 +1,12 @@
 """A line index of an agent session's sources (tool results and turns): which lines of which
 source hold which identifiers, and in how many sources each identifier occurs.
 
-Memory is bounded: a source keeps at most ``max_lines`` of its lines that hold an identifier
-(each clipped to ``line_chars``), and the index keeps at most ``max_sources`` sources, dropping
-the oldest. The full text of every source stays in L0 under its IRI.
+Memory is bounded: a source keeps at most ``max_lines`` of its lines that hold an identifier,
+and the index keeps at most ``max_sources`` sources, dropping the oldest. A line longer than
+``line_chars`` (a one-line JSON result, a minified file) is kept as pieces of at most that
+many characters, cut between words, each under the line's number and holding the identifiers
+it shows: what a line claims to hold is what a prompt quoting it shows. The full text of every
+source stays in L0 under its IRI.
 """
 
 from __future__ import annotations
@@ -50,13 +53,12 @@ class LineIndex:
         lines = []
         for n, raw in enumerate(text.splitlines(), 1):
             shown = " ".join(MARKUP_TAG.sub("", raw[:4000]).split())
-            found = identifiers(shown)
-            if not found:
-                continue
-            if len(shown) > self.line_chars:
-                shown = shown[: self.line_chars - 1] + "…"
-            lines.append(Line(iri, n, shown, frozenset(found)))
+            for piece in _pieces(shown, self.line_chars):
+                found = identifiers(piece)
+                if found:
+                    lines.append(Line(iri, n, piece, frozenset(found)))
             if len(lines) >= self.max_lines:
+                del lines[self.max_lines:]
                 break
         ids = frozenset().union(*(x.ids for x in lines)) if lines else frozenset()
         source = Source(iri, turn, kind, lines, ids)
@@ -82,3 +84,23 @@ class LineIndex:
 
     def __len__(self) -> int:
         return len(self.sources)
+
+
+def _pieces(text: str, width: int) -> list[str]:
+    """``text`` (single-spaced) in pieces of at most ``width`` characters, cut between words;
+    a word longer than ``width`` is clipped."""
+    if len(text) <= width:
+        return [text] if text else []
+    out: list[str] = []
+    current = ""
+    for word in text.split(" "):
+        if len(word) > width:
+            word = word[: width - 1] + "…"
+        if current and len(current) + 1 + len(word) > width:
+            out.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    if current:
+        out.append(current)
+    return out
