@@ -168,8 +168,8 @@ class JobNodeStore:
     def append(self, iri: str, value: str | None) -> int:
         """``save`` as the next revision, numbered here (``DirectWriter``, no directory): the
         bytes of the newest revision again only put the node on the board again (a board put
-        that failed before is mended). An index line is derived: nothing is written and its
-        member count is returned.
+        that failed before is mended). An index line is derived: nothing is written and the
+        number of members ``value`` lists is returned (what ``load`` would give).
 
         Raises: as ``save``."""
         return self.append_many([(iri, value)])[0]
@@ -187,8 +187,8 @@ class JobNodeStore:
             newer: dict[str, tuple[int, str]] = {}  # taken up once the transaction commits
             with self.archive.batch():
                 for iri, value in items:
-                    if iri.startswith(self._index_prefix):
-                        revisions.append(self.load(iri)[0])
+                    if iri.startswith(self._index_prefix):  # derived: its size, no query
+                        revisions.append(len(_members(iri, value)))
                         continue
                     node = self._node(iri, value)
                     text = value or ""
@@ -253,6 +253,21 @@ class JobNodeStore:
             self._latest = {node: (r, item.sha256)
                             for node, (r, item) in latest_revisions(self.archive).items()}
         return self._latest
+
+
+def _members(iri: str, value: str | None) -> list[str]:
+    """The member list an index line's value holds.
+
+    Raises:
+        VocabularyError: ``value`` is not a JSON list of IRIs.
+    """
+    try:
+        members = json.loads(value or "[]")
+    except ValueError as exc:
+        raise VocabularyError(f"the index line {iri} is not JSON: {exc}") from exc
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        raise VocabularyError(f"the index line {iri} is not a list of IRIs")
+    return members
 
 
 class DirectWriter:
