@@ -3,10 +3,12 @@
     PROMPT ──ready──► AWAIT_MODEL ──tool_calls──► ACT ──done──► PROMPT
       │                  │ ──text──► PROMPT (nudged to use a tool)
       │                  │ ──finish──► FINISHED
+      │                  │ ──stalled──► COMPACTION_STALLED
       │                  └ ──error──► FAILED
       ├──turn_cap──► TURN_CAP
       └──budget────► BUDGET
     ACT ──finish──► FINISHED
+    ACT ──loop────► LOOP_DETECTED
 
 Every turn is archived in L0 in full (prompt and reply) under
 ``gliding://job/<job>/turn/<session>/<n>`` together with its ledger row, every tool result under
@@ -36,10 +38,24 @@ A call whose arguments pass the engine's ``argument_cap`` is not run: they are a
 (``gliding://job/<job>/arguments/<session>-<n>``), the prompt keeps a stub naming that IRI, and
 the model gets a tool error: a huge argument costs one turn, not every later prompt.
 
+Two guards (``guards.py``) stop a session that only spends, and with it the job (its status
+becomes the job's outcome, ``scheduler.policy``), each with a ``guard.tripped`` event: the same
+tool call ``loop_limit`` times in a row (``scheduler.loop_limit``) is LOOP_DETECTED, that call
+not run (the last repeat allowed was answered with a warning); a prompt whose compaction stalled
+(``ContextEngine.stalled``) is COMPACTION_STALLED, before the model is asked. Both are decided
+by what replay rebuilds (the session's tool records and its engine, turn by turn), so a resumed
+session trips at the same turn as the killed one would have, never on calls it only replays.
+A call that repeats an earlier one whose result the prompt no longer holds whole (compacted
+into the history block, routed or cut) is counted as a re-read (``AgentResult.rereads``).
+
 A model call is told what the job's wall time budget leaves, and its retries and fallbacks
 (``llm/resilient.py``) become job events (``llm.retry``, ``llm.fallback``). When no model
 answers at all (``ProviderUnavailable``) the error is not the role's: it leaves the loop, the
 job stops ``interrupted`` and ``gliding resume`` replays what was archived.
+
+The module is past 600 lines because the state machine is one function over shared session
+state (engine, records, budget, replay position): its pure parts already live beside it
+(``offer.py``, ``guards.py``), and splitting the transitions would scatter that state.
 """
 
 from __future__ import annotations
@@ -57,13 +73,14 @@ from typing import Any
 import anyio
 import structlog
 
+from gliding.agents import guards
 from gliding.agents.offer import declare, own_summaries, resolve, take_summary, tool_search
 from gliding.agents.roles import RoleSpec
 from gliding.bus import topics
 from gliding.bus.messages import ArchivedMsg, JobEvent
 from gliding.bus.port import Bus
 from gliding.config.settings import ContextSettings
-from gliding.context.engine import ContextEngine
+from gliding.context.engine import STALL_CALLS, ContextEngine
 from gliding.context.router import route_call
 from gliding.context.tokens import TokenCounter
 from gliding.core import events
@@ -87,6 +104,8 @@ class State(Enum):
     FINISHED = "finished"
     TURN_CAP = "turn_cap"
     BUDGET = "budget"
+    LOOP_DETECTED = "loop_detected"
+    COMPACTION_STALLED = "compaction_stalled"
     FAILED = "failed"
 
 
@@ -98,10 +117,13 @@ TRANSITIONS: dict[tuple[State, str], State] = {
     (State.AWAIT_MODEL, "text"): State.PROMPT,
     (State.AWAIT_MODEL, "finish"): State.FINISHED,
     (State.AWAIT_MODEL, "error"): State.FAILED,
+    (State.AWAIT_MODEL, "stalled"): State.COMPACTION_STALLED,
     (State.ACT, "done"): State.PROMPT,
     (State.ACT, "finish"): State.FINISHED,
+    (State.ACT, "loop"): State.LOOP_DETECTED,
 }
-TERMINAL = frozenset({State.FINISHED, State.TURN_CAP, State.BUDGET, State.FAILED})
+TERMINAL = frozenset({State.FINISHED, State.TURN_CAP, State.BUDGET, State.LOOP_DETECTED,
+                      State.COMPACTION_STALLED, State.FAILED})
 
 log = structlog.get_logger("gliding.agent")
 
@@ -157,6 +179,7 @@ class AgentResult:
     usage: Usage = Usage()  # what this run's model calls cost (replayed turns included)
     schema_tokens: int = 0  # cl100k tokens of the tool schemas the last prompt carried
     replayed_turns: int = 0
+    rereads: int = 0  # calls repeating one whose result the prompt no longer held whole
 
 
 @dataclass
@@ -183,6 +206,9 @@ class AgentEnv:
     data_dir: Path | None = None  # left out of workspace fingerprints when inside the workspace
     # what the team recorded since the last turn ("" when nothing): asked before each turn
     board_update: Callable[[], Awaitable[str]] | None = None
+    # the same call this many times in a row stops the session (loop_detected); 0: no limit
+    # (the worker passes scheduler.loop_limit)
+    loop_limit: int = 0
 
 
 class _Session:
@@ -214,7 +240,8 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     summaries: list[TurnSummary] = []
     records: list[ToolRecord] = []
     error: str | None = None
-    seen_calls: set[str] = set()
+    results_of: dict[str, str] = {}  # guards.call_key -> the IRI of its latest result
+    rereads = 0
     calls: tuple[ToolCall, ...] = ()
     completion: Completion | None = None
     usage, replayed = Usage(), 0
@@ -248,7 +275,12 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 all(t in ran for t in role.finish_requires)
                 and len(ran) >= role.finish_min_calls)
             loaded = [t.spec() for t in toolset.tools if env.toolset.get(t.name) is None]
-            prompt = engine.prompt(assignment)
+            prompt = engine.prompt()  # the assignment is its focus: the prefix's task
+            if engine.stalled:
+                error = guards.stall_error(engine.stalls, env.context.window, STALL_CALLS)
+                await _guard(env, n, State.COMPACTION_STALLED, error)
+                state = transition(state, "stalled")
+                continue
             marks = engine.cache_marks(prompt, tools=bool(offer.tools))
             request = LLMRequest(messages=tuple(prompt), tools=offer.tools,
                                  tool_choice="required",
@@ -317,11 +349,26 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             n = env.budget.turns[name]
             t_iri = str(turn_iri(env.job, name, n))
             res_iri = str(result_iri(env.job, f"{name}-{n}-0"))
-            key = call.name + call.arguments_json()
-            outcome, toolset = await _act(env, call, res_iri, n, toolset, tool_ctx,
-                                          repeated=key in seen_calls,
-                                          refused=oversize or resolved.problem)
-            seen_calls.add(key)
+            key = guards.call_key(call.name, call.arguments)
+            # this call's place in a row of the same call
+            row = guards.in_a_row([(r.name, r.arguments) for r in records], key) + 1
+            if env.loop_limit and row >= env.loop_limit:
+                error = guards.loop_error(call.name, call.arguments, row)
+                summary = _describe(call, f"not run: the same call {row} times in a row")
+                summaries.append(TurnSummary(role.name, n, summary, t_iri))
+                await _announce(env, n, t_iri, "turn", summary)
+                await _progress(env, n, completion, call.name, summary)
+                await _guard(env, n, State.LOOP_DETECTED, error)
+                state = transition(state, "loop")
+                continue
+            earlier = results_of.get(key)
+            rereads += earlier is not None and not engine.holds_whole(earlier)
+            outcome, toolset = await _act(
+                env, call, res_iri, n, toolset, tool_ctx, repeated=earlier is not None,
+                warning=guards.warning(row, env.loop_limit),
+                refused=oversize or resolved.problem)
+            if not (oversize or resolved.problem):  # a refused call was not made (not loaded)
+                results_of[key] = res_iri
             if not outcome.ok:
                 log.info("tool.call.failed", job=env.job, role=role.name, turn=n,
                          tool=call.name, error=_first_line(outcome.output))
@@ -343,7 +390,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     stats = engine.stats
     return AgentResult(role.name, state.value, finish, turns, tuple(summaries), tuple(records),
                        error, stats.prompt_tokens, stats.baseline_tokens, stats.compactions,
-                       stats.archived_results, usage, schema_tokens, replayed)
+                       stats.archived_results, usage, schema_tokens, replayed, rereads)
 
 
 async def _bounded_arguments(env: AgentEnv, name: str, n: int, call: ToolCall,
@@ -462,10 +509,11 @@ def _with_notices(env: AgentEnv, n: int, request: LLMRequest) -> LLMRequest:
 
 
 async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Toolset,
-               ctx: ToolContext, *, repeated: bool,
+               ctx: ToolContext, *, repeated: bool, warning: str = "",
                refused: str | None = None) -> tuple[ToolOutcome, Toolset]:
     """Run (or replay) one tool call and archive its result; tool_search may grow the set.
-    A ``refused`` call (``offer.resolve`` said why) is not run: the model gets the reason."""
+    A ``refused`` call (``offer.resolve`` said why) is not run: the model gets the reason.
+    A ``repeated`` call's successful output says so; ``warning`` follows any output."""
     archived = await env.archive.find(res_iri)
     if call.name == "tool_search" and env.on_demand and refused is None:
         outcome, toolset = tool_search(call.arguments, toolset, env.on_demand)
@@ -497,8 +545,9 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
         else:
             outcome = await toolset.call(call.name, call.arguments, ctx)
     if outcome.ok and repeated:
-        outcome = ToolOutcome(True, outcome.output + "\nYou already made this exact call. "
-                              "If your part is done, call finish.", outcome.data)
+        outcome = ToolOutcome(True, outcome.output + guards.REPEATED, outcome.data)
+    if warning:
+        outcome = ToolOutcome(outcome.ok, f"{outcome.output}\n{warning}", outcome.data)
     marked = await anyio.to_thread.run_sync(workspace_mark, ctx.workspace, env.data_dir)
     await env.archive.put(res_iri, outcome.output, kind="result",
                           meta={"tool": call.name, "arguments": call.arguments, "ok": outcome.ok,
@@ -516,6 +565,15 @@ def _within_budget(env: AgentEnv, ctx: ToolContext) -> ToolContext:
         return ctx
     left = wall - (env.now() - env.budget.started_at)
     return dataclasses.replace(ctx, deadline=time.monotonic() + left)
+
+
+async def _guard(env: AgentEnv, n: int, stop: State, detail: str) -> None:
+    """A guard stops the session at turn ``n``: a warning and a ``guard.tripped`` event."""
+    log.warning("agent.guard.tripped", job=env.job, role=env.role.name, turn=n,
+                reason=stop.value, detail=detail)
+    await env.bus.publish(topics.events(env.job), JobEvent.of(env.job, events.GuardTripped(
+        role=env.role.name, session=env.session or env.role.name, turn=n, reason=stop.value,
+        detail=detail)))
 
 
 def completion_from_turn(body: Mapping[str, Any]) -> Completion:

@@ -183,8 +183,12 @@ class AgentWorker:
         update, seen = None, f"{session_of(a) or a.role}@{a.cycle}.{a.attempt}.{a.turn_base}"
         if kit.board is not None:
             update = kit.board.updates(seen, a.role, briefing)
-        on_demand = {name: kit.tools.toolset([name]) for name in spec.tool_groups_on_demand
-                     if name not in kit.tools.unavailable and kit.tools.group(name)}
+        # loadable: a group with tools (an MCP server that did not start has none) that the
+        # role does not carry anyway (its file or the task may name it in tool_groups)
+        loadable = [name for name in spec.tool_groups_on_demand if name not in spec.tool_groups
+                    and name not in kit.tools.unavailable and kit.tools.group(name)]
+        on_demand = {name: tools for name in loadable
+                     if (tools := kit.tools.toolset([name])).tools}
         env = AgentEnv(
             job=kit.job, role=spec, llm=kit.llm, toolset=kit.tools.toolset(spec.tool_groups),
             tool_ctx=ToolContext(kit.workspace, kit.settings.tools, sandbox=kit.sandbox),
@@ -194,7 +198,7 @@ class AgentWorker:
             context=kit.settings.context, counter=kit.counter, extra_system=briefing,
             turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir,
             data_dir=kit.settings.data_dir, session=session_of(a) if a.step else "",
-            board_update=update)
+            board_update=update, loop_limit=kit.settings.scheduler.loop_limit)
         step, session = (a.step, env.session) if a.step else (None, None)
         await self._event(events.RoleStarted(role=spec.name, cycle=a.cycle, attempt=a.attempt,
                                              step=step, session=session))
@@ -224,7 +228,7 @@ class AgentWorker:
             "lines": [TurnLine(role=t.role, turn=t.turn, summary=t.summary, iri=t.iri)
                       for t in r.summaries],
             "context_tokens": r.prompt_tokens, "baseline_tokens": r.baseline_tokens,
-            "schema_tokens": r.schema_tokens, "step": a.step,
+            "schema_tokens": r.schema_tokens, "step": a.step, "rereads": r.rereads,
         }
         phase = entry(a.role).phase
         if phase == "plan":

@@ -270,7 +270,6 @@ def replay_requests(record: Mapping[str, Any], settings: ContextSettings, counte
     prefix: list[Message] = []
     naive: list[Message] = []
     engine: ContextEngine | None = None
-    focus = ""
     pending: list[str] = []
     calls = 0
     for index, raw in enumerate(record["steps"]):
@@ -280,13 +279,12 @@ def replay_requests(record: Mapping[str, Any], settings: ContextSettings, counte
                 role == "system" or not any(m.role == "user" for m in prefix)):
             prefix.append(Message(role, content))
             naive.append(prefix[-1])
-            focus = content[:4000] if role == "user" else focus
             continue
         if engine is None:
             engine = ContextEngine(settings, counter, prefix)
         if role == "assistant" and not raw.get("scripted"):
             before = engine.stats.compactions
-            prompt = engine.prompt(focus)
+            prompt = engine.prompt()
             tags = {"first"} if calls == 0 else set()
             if engine.stats.compactions > before:
                 tags.add("compaction")

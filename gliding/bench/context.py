@@ -24,7 +24,8 @@ in no system or user step, present verbatim in that step's prompt); ``recoverabi
 outputs that read back byte-exact through their IRI; a strategy without an archive counts an
 output as recoverable when it is still verbatim in the last prompt); ``assembly_ms_p50/p99``
 (the strategy's work per call, archive writes excluded: those are reported as
-``archive_ms_p50``).
+``archive_ms_p50``); ``post_compaction_rereads`` (recorded calls repeating an earlier call whose
+result the strategy's prompt no longer held whole, ``Rereads``).
 """
 
 from __future__ import annotations
@@ -181,7 +182,6 @@ class Gliding(Strategy):
         self.job = job
         self.prefix: list[Message] = []
         self.engine: ContextEngine | None = None
-        self.focus = ""
         self.iris: list[tuple[str, str]] = []  # (iri, original output)
         self.archive_s: list[float] = []
 
@@ -190,8 +190,6 @@ class Gliding(Strategy):
         if self.engine is None and step.role in ("system", "user") and (
                 step.role == "system" or not any(m.role == "user" for m in self.prefix)):
             self.prefix.append(message)
-            if step.role == "user":
-                self.focus = step.text[:4000]
             return
         if self.engine is None:
             self.engine = ContextEngine(self.settings, self.counter, self.prefix)
@@ -208,7 +206,7 @@ class Gliding(Strategy):
     def prompt(self) -> list[Message]:
         if self.engine is None:
             return list(self.prefix)
-        return self.engine.prompt(self.focus)
+        return self.engine.prompt()
 
 
 # ---- the replay ------------------------------------------------------------------------------
@@ -232,6 +230,7 @@ class Tally:
     major_compactions: int = 0
     working_set_tokens: int = 0
     max_compactions_per_call: int = 0
+    rereads: int = 0  # post-compaction re-reads (``Rereads``)
 
     def as_dict(self) -> dict[str, Any]:
         return {"calls": self.calls, "total_prompt_tokens": self.total,
@@ -241,7 +240,8 @@ class Tally:
                 "fact_recall": _ratio(self.facts_found, self.facts), "facts": self.facts,
                 "recoverability": _ratio(self.recovered, self.outputs),
                 "compactions": self.compactions, "major_compactions": self.major_compactions,
-                "working_set_tokens": self.working_set_tokens}
+                "working_set_tokens": self.working_set_tokens,
+                "post_compaction_rereads": self.rereads}
 
 
 @dataclass
@@ -280,6 +280,8 @@ def replay(record: dict[str, Any], make: Callable[[], Strategy], counter: TokenC
     seen_user: set[str] = set()
     first_tool: set[str] = set()
     pending = 0.0
+    rereads = Rereads()
+    prompt: list[Message] = []
     for index, step in enumerate(steps):
         if step.role == "assistant":
             before = _compactions(strategy)
@@ -308,6 +310,7 @@ def replay(record: dict[str, Any], make: Callable[[], Strategy], counter: TokenC
             seen_user.update(_facts(step.text))
         elif step.role == "tool":
             first_tool.update(f for f in _facts(step.text) if f not in seen_user)
+        rereads.see(step, prompt, tally)
         started = time.perf_counter()
         strategy.add(step, index)
         elapsed = time.perf_counter() - started
@@ -320,6 +323,36 @@ def replay(record: dict[str, Any], make: Callable[[], Strategy], counter: TokenC
         tally.major_compactions = stats.major_compactions
         tally.working_set_tokens = stats.working_set_tokens
     return tally, strategy
+
+
+@dataclass
+class Rereads:
+    """Post-compaction re-reads of one replay: recorded calls that repeat an earlier call (same
+    tool, same arguments as canonical JSON) whose result the prompt built for the call no longer
+    held whole in any message (compacted, masked, routed or cut). The latest earlier result of
+    the call counts."""
+
+    results: dict[str, str] = field(default_factory=dict)  # call -> its latest result
+    call: str = ""  # the call the next tool step answers
+
+    def see(self, step: Step, prompt: list[Message], tally: Tally) -> None:
+        """Take ``step``; an assistant step's ``prompt`` is the one built for it."""
+        if step.role == "assistant":
+            self.call = _call_key(step) if step.tool else ""
+            earlier = self.results.get(self.call) if self.call else None
+            if earlier is not None and not any(earlier in m.content for m in prompt):
+                tally.rereads += 1
+        elif step.role == "tool" and self.call:
+            self.results[self.call] = step.text
+            self.call = ""
+
+
+def _call_key(step: Step) -> str:
+    try:
+        arguments = json.dumps(json.loads(step.action), sort_keys=True, ensure_ascii=False)
+    except ValueError:
+        arguments = step.action
+    return f"{step.tool}\n{arguments}"
 
 
 def _compactions(strategy: Strategy) -> int:
@@ -423,6 +456,7 @@ def _aggregate(tallies: list[Tally], naive: list[Tally]) -> dict[str, Any]:
         if calls else 0.0,
         "max_compactions_per_call": max(t.max_compactions_per_call for t in tallies),
         "working_set_tokens": sum(t.working_set_tokens for t in tallies),
+        "post_compaction_rereads": sum(t.rereads for t in tallies),
         "vs_naive": {
             "total_prompt_tokens": _saving(total, sum(t.total for t in naive)),
             "cached_cost": _saving(cost, sum(t.cached_cost for t in naive)),

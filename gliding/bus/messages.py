@@ -52,9 +52,11 @@ from gliding.core.events import SCHEMA_VERSION, Event, event_data
 from gliding.core.plan import STEP_ID, normalize_steps
 from gliding.errors import BusError
 
-AgentStatus = Literal["finished", "turn_cap", "budget", "failed", "unavailable"]
+AgentStatus = Literal["finished", "turn_cap", "budget", "loop_detected", "compaction_stalled",
+                      "failed", "unavailable"]
 # "unavailable": no model answered (ProviderUnavailable on a worker): the job stops
-# interrupted, resumable, and the assignment is asked again on resume
+# interrupted, resumable, and the assignment is asked again on resume; "loop_detected" and
+# "compaction_stalled": a guard of the agent loop stopped the session (the job's outcome)
 
 
 class _Message(BaseModel):
@@ -121,6 +123,8 @@ class Answer(_Message):
     baseline_tokens: NonNegativeInt = 0  # the same prompts had every message been appended
     schema_tokens: NonNegativeInt = 0  # the tool schemas of the role's last prompt
     step: str | None = None  # the plan step of the Assignment answered (exploratory DA)
+    # calls that repeated an earlier call whose result the prompt no longer held whole
+    rereads: NonNegativeInt = 0
 
 
 class PlanStep(_Message):

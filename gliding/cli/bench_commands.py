@@ -93,15 +93,54 @@ def bench_prefetch(
     trajectories: Path = typer.Argument(..., help="JSON-lines file of agent trajectories "
                                    "(format: docs/context.md, 'The benchmark')."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
+    budget: int = typer.Option(200, "--budget",
+                               help="Tokens of the working-set block measured."),
 ) -> None:
-    """Hit rate and precision of none, lru and gliding prefetch before every model call."""
+    """Gaps the context engine leaves (per file and system), the predictor's top-1/top-3 on
+    them against recency, the working set, and none/lru/gliding warming; a table, JSON with
+    --out."""
 
-    from gliding.bench.prefetch import run_prefetch_bench
+    from gliding.bench.prefetch import run_prefetch_bench, table
+
+    bounded("--budget", budget, 0, 100_000)
+    settings = settings_of()
+    result = run_prefetch_bench(trajectories, settings=settings.context, budget=budget,
+                                progress=lambda line: say(line, event="bench.progress"))
+    if out:
+        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    typer.echo(table(result))
+
+
+@bench_app.command("tools")
+def bench_tools(
+    modules: Path = typer.Argument(
+        Path(".cache/mcp-servers/node_modules"),
+        help="The node_modules folder holding the reference MCP servers (scripts/setup.sh "
+             "installs the pinned ones here)."),
+    node: str = typer.Option("node", "--node", help="The node program (found on PATH)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
+) -> None:
+    """Tool-definition tokens of each role's prompt with server-everything and
+    server-filesystem attached, on demand against the full catalog, and the model calls the
+    on-demand path took. Exits 1 when a session's tools changed between calls or the
+    on-demand job did not read its file through the filesystem server."""
+    import shutil
+
+    from gliding.bench.tool_catalog import run_tool_bench
+    from gliding.errors import GlidingError, UsageError
 
     settings = settings_of()
-    result = run_prefetch_bench(trajectories, settings=settings.context,
-                                progress=lambda line: say(line, event="bench.progress"))
-    write_result(result, out, {k: v for k, v in result.items() if k != "per_trajectory"})
+    program = shutil.which(node)
+    if program is None:
+        raise UsageError(f"no node program {node!r}",
+                         hint="install node 20+ (the reference MCP servers are node programs)")
+    result = run_tool_bench(settings, modules.resolve(), program,
+                            progress=lambda line: say(line, event="bench.progress"))
+    result["input"] = str(modules)
+    write_result(result, out, result)
+    if not (result["tools_unchanged"] and result["found_and_called"]["on_demand"]):
+        fail(GlidingError("the on-demand path broke: see tools_unchanged and "
+                          "found_and_called in the result"))
 
 
 def _precision(text: str) -> Precision:

@@ -220,6 +220,16 @@ class SchedulerSettings(_Section):
     max_cycles: int = Field(2, ge=1, le=100)  # PDCA cycles AA may run in total
     simple_goal_max_words: int = Field(12, ge=0, le=10_000)  # pipeline auto: short goals: DA
     max_parallel: int = Field(4, ge=1, le=64)  # exploratory: plan steps DA works on at once
+    # a session's same tool call (tool and arguments) this many times in a row stops the job
+    # (outcome loop_detected); 0: no limit
+    loop_limit: int = Field(3, ge=0, le=1000)
+
+    @field_validator("loop_limit")
+    @classmethod
+    def _loop_limit_is_a_repeat(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("must be 0 (no limit) or at least 2: one call is not a loop")
+        return value
 
 
 class ToolResultIRISettings(_Section):
@@ -228,15 +238,15 @@ class ToolResultIRISettings(_Section):
 
 
 class WindowSettings(_Section):
-    target_tokens: int = Field(3000, ge=200, le=10_000_000)  # what batch compaction aims at
+    target_tokens: int = Field(5000, ge=200, le=10_000_000)  # what batch compaction aims at
     high_water: float = Field(0.8, gt=0, le=1, allow_inf_nan=False)  # compact past this share
-    low_water: float = Field(0.4, gt=0, lt=1, allow_inf_nan=False)  # ... down to this share
+    low_water: float = Field(0.45, gt=0, lt=1, allow_inf_nan=False)  # ... down to this share
     max_tokens: int = Field(16000, ge=500, le=10_000_000)  # hard ceiling: never a larger prompt
     max_messages: int = Field(60, ge=2, le=100_000)  # live messages after the history blocks
     keep_recent: int = Field(2, ge=1, le=10_000)  # newest messages always kept verbatim
     # while every message, unrouted, fits in this share of max_tokens: no routing, no
     # compaction (0: the engine saves from the first message)
-    whole_below: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
+    whole_below: float = Field(0.15, ge=0, le=1, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _low_below_high(self) -> WindowSettings:
@@ -345,7 +355,9 @@ class MCPServerSettings(_Section):
     url: str | None = None  # streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp
     headers: dict[str, str] = {}  # sent with every HTTP request (e.g. Authorization)
     roles: tuple[RoleName, ...] = ("DA",)  # the roles given its tools
-    on_demand: bool = False  # true: those roles load it with tool_search instead
+    # true: those roles load it with tool_search (its schemas cost nothing until loaded);
+    # false: they carry its tools in every prompt
+    on_demand: bool = True
     timeout_s: float | None = Field(None, gt=0, le=3600)  # one call; None: mcp.timeout_s
     # what it may add to a prompt: tools, and their schemas' tokens (~4 characters each);
     # further tools it lists are refused, with a warning (docs/mcp.md)

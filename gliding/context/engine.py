@@ -16,28 +16,43 @@ compactions the prompt only grows by appending, so a provider's prompt cache kee
 When the prompt passes the high-water mark (or ``max_messages``), the
 oldest live messages — never fewer than ``keep_recent`` kept, never a tool result separated
 from the call before it — move into the L1 chain until the prompt is under the low-water mark;
-each becomes one line (``gist``), the chain evicts by score to its budget, and the identifiers
-the agent used whose messages left come back as fact lines (``facts``).
+each becomes one line (``gist``), the chain evicts by score to its budget, the identifiers
+the agent used whose messages left come back as fact lines, and a result that leaves before
+any use leaves a list of the identifiers the prompt lacks under its IRI (``facts``).
+
+The focus — what the job is doing now — is the engine's own: the task (the prefix's last user
+message), the latest user turn and the latest assistant turn (its text and calls), plus a plan
+step when the caller has one. A routed result's preview leads with what it shares with the
+focus (``router``); eviction and the working set weigh by it. Replays and live jobs build it
+the same way, here.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gliding.config.settings import ContextSettings
-from gliding.context.facts import FactBook
+from gliding.context.facts import FactBook, SeenIds
 from gliding.context.gist import action_line, gist
 from gliding.context.prefetch.lines import LineIndex
 from gliding.context.prefetch.predictor import Predictor, PrefetchParams, Warm
 from gliding.context.router import route_call, route_result
-from gliding.context.summaries import ChainEntry, SummaryChain, Weights, base_of, relative
+from gliding.context.summaries import (
+    ChainEntry,
+    SummaryChain,
+    Weights,
+    base_of,
+    relative,
+    terms,
+)
 from gliding.context.tokens import TokenCounter
 from gliding.core.identifiers import identifiers
 from gliding.core.messages import Message
 from gliding.core.text import clip
 
+FOCUS_CHARS = 4000  # of the task and of each latest turn, what the focus reads
 MESSAGE_FLOOR = 16  # tokens a cut message keeps at least (its framing and the cut notice)
 ARGUMENT_FLOOR_BYTES = 16 << 10  # a tool call's arguments may always have this much
 MAX_ARGUMENT_BYTES = 1 << 20  # ... and never more, however large the window
@@ -45,6 +60,10 @@ WORKING_SET = "(working set)"  # the tool label of a live prefetch block
 READ_BACK_TOOLS = frozenset({"read_result", "grep_result"})  # already archived: never re-routed
 # their answer is what the model needs whole (the schemas of the tools tool_search loaded)
 WHOLE_TOOLS = READ_BACK_TOOLS | {"tool_search"}
+# a compaction stalls when it leaves the prompt over the high-water mark and the next comes
+# within STALL_CALLS prompts; STALLS of them in a row: compaction cannot keep up (``stalled``)
+STALL_CALLS = 2
+STALLS = 2
 
 
 @dataclass
@@ -127,7 +146,16 @@ class ContextEngine:
         for m in self.prefix:
             if m.role == "user":
                 self._mentioned.update(identifiers(m.content))
+        # the focus: the task (the prefix's last user message), the latest user turn and the
+        # latest assistant turn, in replay and in live jobs alike (``focus``)
+        self._task = next((m.content[:FOCUS_CHARS] for m in reversed(self.prefix)
+                           if m.role == "user"), "")
+        self._latest: dict[str, str] = {}  # role -> its latest turn's text (and calls)
+        self._focus_terms: frozenset[str] | None = None  # of ``focus()``, until a turn changes it
         self.stats = EngineStats()
+        self.stalls = 0  # stalled compactions in a row (STALL_CALLS)
+        self._over_after = False  # the last compaction left the prompt over the high-water mark
+        self._since_compaction = 0  # prompts since the last compaction
         p = settings.prefetch
         self.lines = LineIndex()
         self.predictor = Predictor(self.lines, PrefetchParams(p.budget_tokens, p.max_sources,
@@ -160,6 +188,10 @@ class ContextEngine:
             for call in message.tool_calls:
                 said += identifiers(call.arguments_json())
             self._mentioned.update(said)
+            self._latest[message.role] = " ".join(
+                [source[-FOCUS_CHARS:], *(f"{c.name} {c.arguments_json()[:FOCUS_CHARS]}"
+                                          for c in message.tool_calls)])
+            self._focus_terms = None
         if message.role in ("assistant", "tool"):
             self.lines.add(iri, source, turn=self._turn,
                            kind="result" if message.role == "tool" else "turn")
@@ -171,7 +203,8 @@ class ContextEngine:
                 and (tool or message.name) not in WHOLE_TOOLS):
             routed = route_result(message.content, iri=iri, tool=tool or message.name,
                                   threshold=self.settings.tool_result_iri.threshold,
-                                  preview_size=self.settings.tool_result_iri.preview_size)
+                                  preview_size=self.settings.tool_result_iri.preview_size,
+                                  focus=self.focus_terms())
             if routed.archived:
                 self.stats.archived_results += 1
                 message = Message("tool", routed.text, (), message.tool_call_id, message.name)
@@ -190,6 +223,19 @@ class ContextEngine:
                                message.content == source, shown,
                                " ".join(summary.split()) if summary else None))
         return message
+
+    def focus(self, step: str = "") -> str:
+        """What the job is doing now: the task, the latest user turn, the latest assistant
+        turn (its text and calls) and ``step`` (a plan step the caller adds to the task)."""
+        return "\n".join(x for x in (self._task, step, self._latest.get("user", ""),
+                                      self._latest.get("assistant", "")) if x)
+
+    def focus_terms(self) -> frozenset[str]:
+        """The words and identifiers of ``focus()``: what a routed result's preview keeps."""
+        if self._focus_terms is None:
+            text = self.focus()
+            self._focus_terms = terms(text) | frozenset(identifiers(text))
+        return self._focus_terms
 
     @property
     def argument_cap(self) -> int:
@@ -226,19 +272,25 @@ class ContextEngine:
         return message, tokens
 
     # ---- output --------------------------------------------------------------------
-    def prompt(self, focus: str = "") -> list[Message]:
-        """The messages to send now; compacts first when over the high-water mark."""
+    def prompt(self, step: str = "") -> list[Message]:
+        """The messages to send now; compacts first when over the high-water mark. ``step``:
+        the plan step, when the caller has one beyond the task (see ``focus``)."""
+        focus = self.focus(step)
         s = self.settings.window
         fresh = not (self.live and self.live[-1].tool == WORKING_SET)  # something new came
         if fresh:
             self._drop_working_set()
         total = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
         block_tokens = sum(x.tokens for x in self.live if x.tool == WORKING_SET)
+        self._since_compaction += 1
         # the block is not growth: it must not bring a compaction
         if not self.whole and (total - block_tokens > self._trigger
                                or len(self.live) > s.max_messages or total > s.max_tokens):
+            done = self.stats.compactions
             self._compact(focus)
             total = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
+            if self.stats.compactions > done:
+                self._count_stall(total)
         if total > s.max_tokens:
             total = self._enforce_ceiling()
         block = self._working_set(focus) if fresh else None
@@ -259,6 +311,27 @@ class ContextEngine:
         self.stats.last_prompt_tokens = total
         self.stats.baseline_tokens += self._prefix_tokens + self._baseline_live
         return messages
+
+    @property
+    def stalled(self) -> bool:
+        """Compaction cannot keep up: ``STALLS`` compactions in a row each left the prompt over
+        the high-water mark (``high_water`` x ``target_tokens``) and the next came within
+        ``STALL_CALLS`` prompts. The agent loop stops the session (``compaction_stalled``)."""
+        return self.stalls >= STALLS
+
+    def _count_stall(self, total: int) -> None:
+        """A compaction just left the prompt at ``total`` tokens: the one before it stalled
+        when it left the prompt over the high-water mark and this one came that soon."""
+        w = self.settings.window
+        stalled = self._over_after and self._since_compaction <= STALL_CALLS
+        self.stalls = self.stalls + 1 if stalled else 0
+        self._over_after = total > w.high_water * w.target_tokens
+        self._since_compaction = 0
+
+    def holds_whole(self, iri: str) -> bool:
+        """Whether the prompt's live messages hold the message added under ``iri`` as it
+        happened: not routed, cut or compacted into the history block."""
+        return any(x.iri == iri and x.message.content == x.source for x in self.live)
 
     def _drop_working_set(self) -> None:
         """The previous prompt's working-set block leaves the live messages."""
@@ -287,9 +360,8 @@ class ContextEngine:
             source = self.lines.sources.get(item.iri)
             for ident in source.ids if source is not None else identifiers(item.source):
                 query[ident] = max(query.get(ident, 0.0), w)
-        # which lines show what the prompt lacks matters only to a block
-        visible = (self._live_ids() | self._segment_ids
-                   if self.settings.prefetch.budget_tokens else frozenset())
+        # a source fills a gap only with an identifier the prompt does not show
+        visible = self._live_ids() | self._segment_ids
         exclude = {x.iri for x in self.live if x.whole}
         self.warmed = self.predictor.predict(query, visible=visible, exclude=exclude,
                                              count=self.counter.count)
@@ -345,7 +417,7 @@ class ContextEngine:
     def recall(self, query: str, limit: int = 8) -> list[ChainEntry]:
         """Compacted turns (kept or evicted) that share the most terms with ``query``, by their
         L1 line and the identifiers of their full text (the line index)."""
-        from gliding.context.summaries import relevance, terms
+        from gliding.context.summaries import relevance
 
         wanted = terms(query)
         scored = []
@@ -410,12 +482,13 @@ class ContextEngine:
         for entry in added:
             visible.update(identifiers(entry.summary))
         new_facts = self.facts.add_lines(self.facts.missing(visible, self.lines), self.lines, rel)
+        new_seen = self._see(moved, visible, rel)
         if (self.chain.tokens <= self.chain.budget_tokens
                 and self.facts.tokens <= self.facts.budget_tokens):
             # minor compaction: the new lines go in a block of their own after the earlier
             # blocks, which stay byte-identical (and cached)
             parts = [self.chain.render(added, weak=False) if added else "",
-                     self.facts.render(new_facts, rel)]
+                     self.facts.render(new_facts, rel), self.facts.render_seen(new_seen, rel)]
             self._segments.append(Message("user", "\n".join(p for p in parts if p)))
             self._segment_ids |= frozenset(identifiers(self._segments[-1].content))
         else:
@@ -430,7 +503,8 @@ class ContextEngine:
             self.facts.evict()
             self.facts.add_lines(self.facts.missing(visible, self.lines), self.lines, rel)
             self.facts.evict()
-            parts = [self.chain.render(), self.facts.render(self.facts.lines, rel)]
+            parts = [self.chain.render(), self.facts.render(self.facts.lines, rel),
+                     self.facts.render_seen(self.facts.seen, rel)]
             self._segments = [Message("user", "\n".join(p for p in parts if p))]
             self._segment_ids = frozenset(identifiers(self._segments[0].content))
             self.stats.major_compactions += 1
@@ -439,6 +513,25 @@ class ContextEngine:
         floor = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
         self._trigger = max(s.high_water * s.target_tokens, floor + self._batch)
 
+
+    def _see(self, moved: Sequence[_Live], visible: set[str],
+             rel: Callable[[str], str]) -> list[SeenIds]:
+        """The identifier lists of the tool results leaving the prompt (``FactBook.see``)."""
+        hidden = visible | self.facts.shown()
+        for listed in self.facts.seen:
+            hidden.update(listed.ids)
+        out = []
+        for item in moved:
+            source = self.lines.sources.get(item.iri)
+            if item.message.role != "tool" or source is None:
+                continue
+            ordered = [i for line in source.lines  # in the line's order, the longer first
+                       for i in sorted(line.ids, key=lambda i: (line.text.find(i), -len(i), i))]
+            entry = self.facts.see(item.iri, ordered, hidden, rel)
+            if entry is not None:
+                out.append(entry)
+                hidden.update(entry.ids)
+        return out
 
     def _line(self, item: _Live) -> str:
         width = self.settings.summaries.line_chars

@@ -10,12 +10,19 @@ the result's IRI. One line often carries several facts; lines are picked greedil
 missing facts they cover. The book has a token budget; when it is over, the facts the agent
 used least recently leave first (their lines stay in L0).
 
+A tool result that leaves the prompt before the agent used anything of it leaves, in the room
+the budget has left (the lists together at most half of it), a short list of its identifiers
+that the prompt does not show, under its IRI (``see``): agents come back to a name or a number
+of a result read long before (a path, a config key, an order number), and the list is what
+lets them type it, or read the result back. These lists leave first when the book is over its
+budget, oldest first.
+
 Pure: the caller says what the agent wrote, what the prompt shows, and gives the line index.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gliding.context.prefetch.lines import Line, LineIndex
@@ -29,12 +36,24 @@ class FactLine:
     tokens: int
 
 
+SEEN_TOKENS = 60  # one result's list of identifiers, at most (an estimate: 3 characters a token)
+SEEN_SHARE = 0.5  # of the budget, what the lists may take: the rest is room for used facts
+
+
+@dataclass(frozen=True)
+class SeenIds:
+    iri: str
+    ids: tuple[str, ...]
+    tokens: int
+
+
 @dataclass
 class FactBook:
     budget_tokens: int
     count: Callable[[str], int]
     used: dict[str, int] = field(default_factory=dict)  # fact -> latest turn the agent used it
     lines: list[FactLine] = field(default_factory=list)  # in the prompt, oldest first
+    seen: list[SeenIds] = field(default_factory=list)  # in the prompt, oldest first
 
     def observe_use(self, ids: Iterable[str], turn: int, given: Collection[str]) -> None:
         """The agent wrote ``ids`` at ``turn``; those the task did not give (``given``) are
@@ -65,17 +84,18 @@ class FactBook:
                   label: Callable[[str], str]) -> list[FactLine]:
         """Lines of tool results that cover ``missing``, most covering first."""
         wanted = set(missing)
-        candidates: dict[tuple[str, int], Line] = {}
-        for ident in wanted:
+        # keyed by the text too: the pieces of one long line share its number
+        candidates: dict[tuple[str, int, str], Line] = {}
+        for ident in sorted(wanted):
             for line in index.postings.get(ident, ()):
                 source = index.sources.get(line.iri)
                 if source is not None and source.kind == "result":
-                    candidates[(line.iri, line.number)] = line
+                    candidates[(line.iri, line.number, line.text)] = line
         added = []
         while wanted and candidates:
             key, line = max(candidates.items(),
                             key=lambda kv: (len(kv[1].ids & wanted), -len(kv[1].text),
-                                            kv[0][0], -kv[0][1]))
+                                            kv[0][0], -kv[0][1], kv[0][2]))
             covered = line.ids & wanted
             if not covered:
                 break
@@ -88,12 +108,42 @@ class FactBook:
             added.append(fact_line)
         return added
 
+    def see(self, iri: str, ids: Sequence[str], hidden: Collection[str],
+            label: Callable[[str], str]) -> SeenIds | None:
+        """The identifiers of the result ``iri`` that leaves the prompt, in their order, less
+        those ``hidden`` (the prompt shows them): as many as the room left under the budget
+        holds, at most ``SEEN_TOKENS``, the lists together at most ``SEEN_SHARE`` of the
+        budget. None when none fit."""
+        listed = sum(x.tokens for x in self.seen)
+        room = min(SEEN_TOKENS, self.budget_tokens - self.tokens,
+                   int(self.budget_tokens * SEEN_SHARE) - listed)
+        used = len(label(iri)) // 3 + 3
+        picked: list[str] = []
+        for ident in ids:
+            cost = len(ident) // 3 + 1
+            if ident in hidden or ident in picked or used + cost > room:
+                continue
+            picked.append(ident)
+            used += cost
+        if not picked:
+            return None
+        entry = SeenIds(iri, tuple(picked), self.count(self._seen_line(iri, picked, label)) + 1)
+        self.seen.append(entry)
+        return entry
+
+    @staticmethod
+    def _seen_line(iri: str, ids: Sequence[str], label: Callable[[str], str]) -> str:
+        return f"<{label(iri)}> " + " ".join(ids)
+
     @property
     def tokens(self) -> int:
-        return sum(x.tokens for x in self.lines)
+        return sum(x.tokens for x in self.lines) + sum(x.tokens for x in self.seen)
 
     def evict(self) -> list[FactLine]:
-        """Least recently used lines out until the book fits its budget."""
+        """Until the book fits its budget: the lists of unused results out, oldest first, then
+        the least recently used fact lines."""
+        while self.seen and self.tokens > self.budget_tokens:
+            self.seen.pop(0)
         if self.tokens <= self.budget_tokens:
             return []
         order = sorted(range(len(self.lines)),
@@ -120,4 +170,13 @@ class FactBook:
         out = ["[Facts this job has used, each with a line of the result it came from "
                "(<IRI> line: text):]"]
         out += [f"<{relative(x.line.iri)}> {x.line.number}: {x.line.text}" for x in chosen]
+        return "\n".join(out)
+
+    def render_seen(self, entries: Iterable[SeenIds], relative: Callable[[str], str]) -> str:
+        chosen = list(entries)
+        if not chosen:
+            return ""
+        out = ["[Identifiers in earlier results not used yet (<IRI> ids; read_result(IRI) has "
+               "the text):]"]
+        out += [self._seen_line(x.iri, x.ids, relative) for x in chosen]
         return "\n".join(out)

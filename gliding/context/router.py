@@ -1,18 +1,24 @@
 """The result router: a tool result over the threshold leaves the prompt for L0 and is replaced by
 a structure-aware summary plus its IRI, within ``preview_size`` bytes.
 
-Pure functions: ``route_result`` takes the output and the numbers from ``context:`` settings
-and returns the text the prompt gets. Summaries by kind:
+Pure functions: ``route_result`` takes the output, the numbers from ``context:`` settings and
+the job's current *focus* (terms and identifiers of the task, the latest user turn and the
+latest assistant turn: the call that asked for this result) and returns the text the prompt
+gets. Summaries by kind:
 
 - search / grep output: match counts per file, then the first matches;
 - file reads: path, line count, outline (definitions, headings) with line numbers, head;
 - shell: exit code, error lines, head and tail;
-- JSON: shape, keys, array lengths;
+- JSON: shape, then one line per record (of the first 400: an object's scalar fields as
+  ``key=value``, nested objects as dotted keys, identifier-like keys first), so ids and
+  numbers in the middle of a result stay with the record they belong to;
 - anything else: head and tail.
 
-Every summary ends with the identifiers of the output that it has not shown yet (paths, dotted
-and snake_case names, numbers of 3+ digits), as many as fit: those are what a later step tends
-to need verbatim.
+Before the structure's own lines come the lines (or JSON records) that share the most
+identifiers and words with the focus, with their line numbers: what the next step most likely
+reads. Every summary ends with the identifiers of the output that it has not shown yet (paths,
+dotted and snake_case names, numbers of 3+ digits), those the focus names first, as many as
+fit: those are what a later step tends to need verbatim.
 
 A tool call's arguments are routed too (``route_call``): past a cap, the call the prompt keeps
 has a short stub instead of them, pointing at their archived text, so one reply with a huge
@@ -24,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,12 +53,13 @@ _ERROR = re.compile(r"(Traceback|Error\b|error[:\[]|Exception|FAIL|FAILED|panic|
 _EXIT = re.compile(r"(?:exit(?:ed)? (?:code|status)[: ]*|return code[: ]*)(-?\d+)", re.I)
 _FILE_HEADER = re.compile(r"^\[File: (?P<path>[^\]]+?) \((?P<lines>\d+) lines total\)\]")
 
-SEARCH_TOOLS = frozenset({"grep", "search", "search_dir", "search_file", "find_file", "find",
-                          "glob", "rg", "grep_result", "kg_search", "recall"})
-READ_TOOLS = frozenset({"read_file", "open", "cat", "view", "goto", "scroll_up", "scroll_down",
-                        "read_result", "str_replace_editor"})
-SHELL_TOOLS = frozenset({"bash", "python", "shell", "execute", "run", "cmd", "execute_bash",
-                         "execute_ipython_cell", "pytest", "make"})
+# tool names that say what kind of output to expect: generic verbs and Gliding's own tools only
+# (a name no tool of ours has, from one agent system or another, must not decide a summary: the
+# output's shape does)
+SEARCH_TOOLS = frozenset({"grep", "search", "find", "glob", "rg", "grep_result", "kg_search",
+                          "recall"})
+READ_TOOLS = frozenset({"read_file", "read", "open", "cat", "view", "read_result"})
+SHELL_TOOLS = frozenset({"bash", "python", "shell", "execute", "run", "cmd", "pytest", "make"})
 
 
 @dataclass(frozen=True)
@@ -62,8 +70,9 @@ class RoutedResult:
 
 
 def route_result(output: str, *, iri: str, tool: str | None, threshold: int,
-                 preview_size: int) -> RoutedResult:
-    """The output itself when it is at most ``threshold`` bytes, else summary + IRI."""
+                 preview_size: int, focus: Collection[str] = ()) -> RoutedResult:
+    """The output itself when it is at most ``threshold`` bytes, else summary + IRI.
+    ``focus``: lower-cased words and identifiers of what the job is doing now."""
     size = len(output.encode("utf-8"))
     if size <= threshold:
         return RoutedResult(output, False, "verbatim")
@@ -73,8 +82,20 @@ def route_result(output: str, *, iri: str, tool: str | None, threshold: int,
               f"Read it with read_result(iri, offset, limit) or grep_result(iri, pattern).]")
     if len(header.encode()) + 40 > preview_size:
         header = f"[archived as {iri}: {size} bytes; read_result(iri)]"
-    body = _SUMMARISERS[kind](output, lines)
-    text = _fit(header, body, output, preview_size)
+    wanted = frozenset(focus)
+    if kind == "json":
+        body = _json(output, wanted)
+    else:
+        body = _SUMMARISERS[kind](output, lines)
+        near, room = [], int(preview_size * FOCUS_SHARE)
+        for line in _focus_lines(lines, wanted):
+            room -= len(line.encode()) + 1
+            if room < 0:
+                break
+            near.append(line)
+        if near:  # first: the lines the next step most likely reads
+            body[0:0] = ["on the focus:", *near]
+    text = _fit(header, body, output, preview_size, wanted)
     return RoutedResult(_cut_bytes(text, preview_size), True, kind)
 
 
@@ -162,9 +183,102 @@ def _shell(output: str, lines: list[str]) -> list[str]:
     return out
 
 
-def _json(output: str, lines: list[str]) -> list[str]:
+def _json(output: str, focus: frozenset[str]) -> list[str]:
+    """Shape, then records: those that share the most with ``focus`` first, then the rest in
+    document order."""
     data = json.loads(output)
-    return ["shape: " + _shape(data, 0)]
+    rows = list(_records(data, "", 0))
+    ranked = sorted(range(len(rows)), key=lambda i: (-_focus_score(rows[i], focus), i))
+    return [clip("shape: " + _shape(data, 0), LINE_CHARS),
+            *(clip(rows[i], LINE_CHARS) for i in ranked)]
+
+
+MAX_RECORDS = 400  # records a JSON summary considers
+_ID_KEY = re.compile(r"(^|_)(id|ids|key|number|code|name|email|path|url|status)$", re.I)
+
+
+def _records(data: Any, path: str, depth: int) -> Iterator[str]:
+    """One line per object that has scalar fields: ``path: key=value, …`` with nested objects'
+    scalars as dotted keys; lists of scalars inline; deeper objects and lists as their own
+    records. At most ``MAX_RECORDS``."""
+    count = 0
+    stack: list[tuple[Any, str, int]] = [(data, path, depth)]
+    while stack and count < MAX_RECORDS:
+        value, where, level = stack.pop()
+        if isinstance(value, list):
+            if value and all(not isinstance(x, (dict, list)) for x in value):
+                yield f"{where or '.'}: {_inline(value)}"
+                count += 1
+                continue
+            stack.extend((x, f"{where}[{i}]", level + 1)
+                         for i, x in reversed(list(enumerate(value))))
+            continue
+        if not isinstance(value, dict):
+            yield f"{where or '.'}: {_scalar(value)}"
+            count += 1
+            continue
+        fields: list[tuple[str, Any]] = []
+        later: list[tuple[Any, str, int]] = []
+        for key, item in value.items():
+            if isinstance(item, dict) and level < 6 and all(
+                    not isinstance(x, (dict, list)) for x in item.values()):
+                fields += [(f"{key}.{k}", v) for k, v in item.items()]
+            elif isinstance(item, (dict, list)) and not (
+                    isinstance(item, list) and all(not isinstance(x, (dict, list))
+                                                   for x in item)):
+                later.append((item, f"{where}.{key}" if where else str(key), level + 1))
+            else:
+                fields.append((str(key), item))
+        if fields:
+            fields.sort(key=lambda kv: not _ID_KEY.search(kv[0].rsplit(".", 1)[-1]))
+            text = ", ".join(f"{k}={_inline(v) if isinstance(v, list) else _scalar(v)}"
+                             for k, v in fields)
+            yield f"{where}: {text}" if where else text
+            count += 1
+        stack.extend(reversed(later))
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, str):
+        return clip(" ".join(value.split()), 80)
+    return json.dumps(value)
+
+
+def _inline(values: list[Any]) -> str:
+    return "[" + ", ".join(_scalar(x) for x in values[:20]) + (", …" if len(values) > 20
+                                                              else "") + "]"
+
+
+_TERM = re.compile(r"[A-Za-z0-9_./-]{3,}")
+MAX_FOCUS_LINES = 12
+FOCUS_SHARE = 0.2  # of a summary's budget, what the lines on the focus may take
+FOCUS_SCAN_LINES = 5000  # lines of an output searched for the focus
+
+
+def _focus_score(line: str, focus: frozenset[str]) -> int:
+    """Identifiers of the focus in ``line`` count 3, its other words 1 (each once)."""
+    if not focus:
+        return 0
+    seen = {w.lower().strip("./-") for w in _TERM.findall(line)}
+    seen |= set(identifiers(line))
+    hits = seen & focus
+    return sum(3 if any(c in x for c in "/_.") or x.isdigit() else 1 for x in hits)
+
+
+def _focus_lines(lines: list[str], focus: frozenset[str]) -> list[str]:
+    """The lines (``number: text``) that share the most with ``focus`` (a score of at least 3:
+    one identifier, or three words) and show an identifier it does not name yet, best first,
+    at most ``MAX_FOCUS_LINES``."""
+    if not focus:
+        return []
+    scored = []
+    for n, line in enumerate(lines[:FOCUS_SCAN_LINES], 1):
+        score = _focus_score(line[:2000], focus)
+        if score >= 3 and any(x not in focus for x in identifiers(line[:2000])):
+            scored.append((-score, n, line))
+    scored.sort()
+    return [f"{n}: {clip(line.strip(), LINE_CHARS)}" for _s, n, line in
+            scored[:MAX_FOCUS_LINES]]
 
 
 def _text(output: str, lines: list[str]) -> list[str]:
@@ -172,7 +286,7 @@ def _text(output: str, lines: list[str]) -> list[str]:
             *[clip(x, LINE_CHARS) for x in lines[-8:]]]
 
 
-_SUMMARISERS = {"search": _search, "file": _file, "shell": _shell, "json": _json, "text": _text}
+_SUMMARISERS = {"search": _search, "file": _file, "shell": _shell, "text": _text}
 
 
 def _shape(data: Any, depth: int) -> str:
@@ -191,9 +305,11 @@ def _shape(data: Any, depth: int) -> str:
     return json.dumps(data)
 
 
-def _fit(header: str, body: list[str], output: str, budget: int) -> str:
+def _fit(header: str, body: list[str], output: str, budget: int,
+         focus: frozenset[str] = frozenset()) -> str:
     """Header, then body lines within ``BODY_SHARE`` of the budget, then the identifiers the
-    body does not show (names first, then paths, then numbers), then more body lines."""
+    body does not show (those in ``focus`` first, then names, paths, numbers), then more body
+    lines."""
     parts = [header]
     used = len(header.encode()) + 1
     body_budget = used + int((budget - used) * BODY_SHARE)
@@ -208,7 +324,8 @@ def _fit(header: str, body: list[str], output: str, budget: int) -> str:
         else:
             rest.append(line)
     shown = "\n".join(parts)
-    unseen = sorted((i for i in identifiers(output) if i not in shown), key=_id_rank)
+    unseen = sorted((i for i in identifiers(output) if i not in shown),
+                    key=lambda i: (i not in focus, _id_rank(i)))
     if unseen and used + 6 < budget:
         picked = []
         used += 5  # "ids: "

@@ -82,7 +82,7 @@ class RoleStarted(Event):
 class RoleFinished(Event):
     name: ClassVar[str] = "role.finished"
     role: str
-    status: str  # finished, budget, failed, unavailable
+    status: str  # finished, turn_cap, budget, loop_detected, compaction_stalled, failed, ...
     turns: int
     replayed: int  # turns read back from the archive on resume
     step: str | None = None
@@ -104,6 +104,20 @@ class Turn(Event):
     job_cost_usd: float  # the calls whose price is known
     job_unpriced_calls: int
     cost_free: str | None = None  # the model's backend when it costs nothing (local, scripted)
+
+
+@dataclass(frozen=True)
+class GuardTripped(Event):
+    """A guard of the agent loop stopped a session; the job ends with ``reason`` as its
+    outcome (``loop_detected``: the same tool call too often in a row; ``compaction_stalled``:
+    compaction cannot keep the prompt under its high-water mark)."""
+
+    name: ClassVar[str] = "guard.tripped"
+    role: str
+    session: str
+    turn: int
+    reason: str  # loop_detected or compaction_stalled
+    detail: str  # what tripped it, one line
 
 
 @dataclass(frozen=True)
@@ -207,10 +221,10 @@ class StreamDropped(Event):
 
 
 EVENTS: dict[str, type[Event]] = {cls.name: cls for cls in (
-    JobStarted, PlanNotes, CheckReport, JobFinished, RoleStarted, RoleFinished, Turn, LLMRetry,
-    LLMFallback, JobSandbox, ToolchainRefused, WorkspaceChanged, MCPServerUnavailable,
-    WorkLapsed, JobQueued, JobDispatched, JobCancelled, JobStopped, JobSuspended,
-    StreamDropped)}
+    JobStarted, PlanNotes, CheckReport, JobFinished, RoleStarted, RoleFinished, Turn,
+    GuardTripped, LLMRetry, LLMFallback, JobSandbox, ToolchainRefused, WorkspaceChanged,
+    MCPServerUnavailable, WorkLapsed, JobQueued, JobDispatched, JobCancelled, JobStopped,
+    JobSuspended, StreamDropped)}
 """Every event, by name."""
 
 

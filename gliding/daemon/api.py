@@ -132,7 +132,8 @@ class JobOut(_Wire):
     workspace: str
     state: Literal["queued", "running", "cancelling", "cancelled", "finished", "interrupted"]
     outcome: str | None = Field(description="success, failed, escalated, budget_exceeded, "
-                                            "error: once finished")
+                                            "loop_detected, compaction_stalled, error: once "
+                                            "finished")
     error: str | None = Field(description="What stopped or cancelled it")
     submitted: float = Field(description="Seconds since the epoch")
     started: float | None

@@ -27,16 +27,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import get_args
 
 import anyio
 import structlog
 
 from gliding.errors import ArchiveError, BusError, GlidingError, UsageError
 from gliding.memory.archive.store import ARCHIVE_FILE, Archive
+from gliding.scheduler.policy import Outcome
 
 LOCK_FILE = "running.lock"
 WORKSPACE_LOCKS = "workspaces"
-FINISHED = ("success", "failed", "escalated", "budget_exceeded", "error")
+FINISHED: tuple[str, ...] = get_args(Outcome)
+"""The statuses of a job that finished: its outcomes."""
 STOPPED = "interrupted"
 """The status ``record_stop`` writes: not finished, so ``gliding resume`` may continue it."""
 SUSPENDED_BY = "the daemon stopped; it resumes the job when it starts again"

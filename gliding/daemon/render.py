@@ -82,6 +82,8 @@ def _progress_line(event: JobEvent) -> str | None:
         return (f"[{d['role']} turn {d['turn']}] {d['summary']}  "
                 f"| prompt {d['prompt_tokens']} tok, job {d['job_prompt_tokens']} tok, "
                 f"{cost.text(free=d.get('cost_free'))}")
+    if event.event == events.GuardTripped.name:
+        return f"[{d['session']} turn {d['turn']}] stopped, {d['reason']}: {d['detail']}"
     if event.event == events.RoleFinished.name:
         replayed = f", {d['replayed']} replayed from the archive" if d.get("replayed") else ""
         return f"[{d['role']}] {d['status']} after {d['turns']} turn(s){replayed}"
@@ -145,7 +147,10 @@ def report_dict(report: JobReport, *, archive: str, model: str) -> dict[str, Any
         "context": {
             "prompt_tokens": sum(v[0] for v in report.context_tokens.values()),
             "append_only_baseline_tokens": sum(v[1] for v in report.context_tokens.values()),
-            "by_role": {r: {"prompt_tokens": v[0], "append_only_baseline_tokens": v[1]}
+            # calls that repeated an earlier call whose result the prompt no longer held whole
+            "post_compaction_rereads": sum(report.rereads.values()),
+            "by_role": {r: {"prompt_tokens": v[0], "append_only_baseline_tokens": v[1],
+                            "post_compaction_rereads": report.rereads.get(r, 0)}
                         for r, v in report.context_tokens.items()},
         },
         "resumed": report.resumed,
@@ -159,7 +164,7 @@ def report_dict(report: JobReport, *, archive: str, model: str) -> dict[str, Any
 def outcome_reason(report: JobReport) -> str:
     """Why the job ended as it did, in the words of the evidence."""
     failed = [r for r in report.checks if not r.passed]
-    if report.outcome == "budget_exceeded":
+    if report.outcome in ("budget_exceeded", "loop_detected", "compaction_stalled"):
         return f"stopped: {error_line(report.stopped or '')}"
     if report.outcome == "error":
         return f"stopped by an error: {error_line(report.stopped or '')}"
@@ -223,6 +228,9 @@ def report_text(d: dict[str, Any]) -> str:
                      f"cl100k tokens, against {ctx['append_only_baseline_tokens']} had every "
                      f"message been appended ({saved:.0%} saved); the table counts the model's "
                      "own tokenizer.")
+    if ctx.get("post_compaction_rereads"):
+        lines.append(f"Re-reads: {ctx['post_compaction_rereads']} call(s) repeated an earlier "
+                     "call whose result the prompt no longer held whole.")
     if d["artifacts"]:
         lines.append("Artifacts:")
         lines += [f"  {a['path']}  {a['iri']}" for a in d["artifacts"]]

@@ -147,8 +147,8 @@ def build_server(service: Service) -> MCPServer:
     async def job_status(job: Annotated[str, Field(description=(
             "A job id, e.g. 20261129-113758-a1b2c3"))]) -> dict[str, Any]:
         """How a job stands: status (starting, running, interrupted, success, failed,
-        escalated, budget_exceeded, error), outcome, turns and tokens so far, and the report
-        once a job this server ran has finished."""
+        escalated, budget_exceeded, loop_detected, compaction_stalled, error), outcome, turns
+        and tokens so far, and the report once a job this server ran has finished."""
         return await answer(service.status(job.strip()))
 
     @tool(READ)

@@ -144,15 +144,18 @@ def decision_options(checks_passed: bool | None) -> tuple[str, ...]:
     return ("done", "escalate") if checks_passed else ("another_cycle", "escalate")
 
 
-Outcome = Literal["success", "failed", "escalated", "budget_exceeded", "error"]
+Outcome = Literal["success", "failed", "escalated", "budget_exceeded", "loop_detected",
+                  "compaction_stalled", "error"]
+Stop = Literal["budget", "loop_detected", "compaction_stalled", "error"]
+"""Why a job stopped early: a budget ran out, a guard of the agent loop tripped, or an error."""
+_STOPPED: dict[str, Outcome] = {"budget": "budget_exceeded", "loop_detected": "loop_detected",
+                                "compaction_stalled": "compaction_stalled", "error": "error"}
 
 
 def outcome(checks_passed: bool | None, decision: str | None, stopped: str | None) -> Outcome:
     """The job's outcome from its last check report, AA's last word and why it stopped early."""
-    if stopped == "budget":
-        return "budget_exceeded"
-    if stopped == "error":
-        return "error"
+    if stopped is not None and stopped in _STOPPED:
+        return _STOPPED[stopped]
     if decision == "escalate" and checks_passed is not True:
         return "escalated"
     if checks_passed is False:

@@ -49,6 +49,9 @@ class JobReport:
     board_updates: dict[str, int] = field(default_factory=dict)
     # the models of the job's calls whose cost is unknown (no price), from its ledger
     unpriced_models: tuple[str, ...] = ()
+    # role -> its calls that repeated an earlier call whose result the prompt no longer held
+    # whole (post-compaction re-reads)
+    rereads: dict[str, int] = field(default_factory=dict)
 
 
 def build_report(state: SupervisorState, *, artifacts: tuple[tuple[str, str], ...],
@@ -80,5 +83,6 @@ def build_report(state: SupervisorState, *, artifacts: tuple[tuple[str, str], ..
         total=total,
         context_tokens={r: (t.context_tokens, t.baseline_tokens)
                         for r, t in state.totals.items() if t.baseline_tokens},
+        rereads={r: t.rereads for r, t in state.totals.items() if t.rereads},
         checked_files=dict(checked_files or {}), resumed=resumed,
         workspace_changed=workspace_changed, skipped_artifacts=skipped_artifacts)

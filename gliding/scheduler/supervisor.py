@@ -21,9 +21,9 @@ and ``Finished`` (the outcome is known; nothing follows).
                                                                 └─done / escalate─► [Verify] ─► end
 The boxes are phases: each is played by the pipeline's role of that phase in the role registry
 (``gliding.config.roles``; PA, DA, CA and AA ship), and a role's phase fixes the answer type
-the supervisor accepts from it. An answer whose agent ran out of budget or failed ends the job
-the same way (Verify if no
-check ran yet, then Finished); so does TimeUp.
+the supervisor accepts from it. An answer whose agent ran out of budget, failed or was stopped
+by a guard of the agent loop (``loop_detected``, ``compaction_stalled``) ends the job the same
+way (Verify if no check ran yet, then Finished, the outcome saying why); so does TimeUp.
 
 The exploratory pipeline (``pipeline_kind`` "exploratory") does the DA part per plan step:
 
@@ -65,6 +65,10 @@ RUNNER = "runner"  # the role name of the runner's own check report (answering V
 EXPLORATORY = "exploratory"  # the pipeline kind whose DA part runs per plan step
 _ANSWER_OF_PHASE: dict[Phase, type[AnswerMsg]] = {
     "plan": PlanMsg, "do": ArtifactMsg, "check": CheckReportMsg, "act": DecisionMsg}
+# an agent's status that stops the job, and why (a turn cap does not: the job goes on)
+_STOPS: dict[str, policy.Stop] = {"budget": "budget", "failed": "error",
+                                  "loop_detected": "loop_detected",
+                                  "compaction_stalled": "compaction_stalled"}
 
 
 def _answer_of(role: str) -> type[AnswerMsg]:
@@ -133,6 +137,7 @@ class RoleTotals(_Value):
     context_tokens: int = 0
     baseline_tokens: int = 0
     schema_tokens: int = 0
+    rereads: int = 0  # calls repeating one whose result the prompt no longer held whole
 
 
 class StepDone(_Value):
@@ -169,7 +174,7 @@ class SupervisorState(_Value):
     lines: tuple[TurnLine, ...] = ()
     waiting: Assignment | None = None
     verifying: Verify | None = None
-    stopped: Literal["budget", "error"] | None = None
+    stopped: policy.Stop | None = None
     stop_reason: str | None = None
     outcome: policy.Outcome | None = None
     accepted: int = 0  # answers taken so far
@@ -223,8 +228,8 @@ def step(state: SupervisorState, message: Input) -> tuple[SupervisorState, list[
         return _finish(state)
     state = _step_done(state, message) if was_step else state.model_copy(
         update={"waiting": None})
-    if message.status in ("budget", "failed"):
-        stopped: Literal["budget", "error"] = "budget" if message.status == "budget" else "error"
+    stopped = _STOPS.get(message.status)
+    if stopped is not None:
         state = state.model_copy(update={"stopped": stopped, "stop_reason": error_line(
             message.error or message.status)})  # a line, however long the error it carried
         return _finish(state)
@@ -297,7 +302,8 @@ def _account(state: SupervisorState, m: AnswerMsg) -> SupervisorState:
                             unpriced_calls=u.unpriced_calls + m.usage.unpriced_calls),
             context_tokens=t.context_tokens + m.context_tokens,
             baseline_tokens=t.baseline_tokens + m.baseline_tokens,
-            schema_tokens=max(t.schema_tokens, m.schema_tokens))
+            schema_tokens=max(t.schema_tokens, m.schema_tokens),
+            rereads=t.rereads + m.rereads)
     written = dict(state.written)
     if isinstance(m, ArtifactMsg):
         written.update(m.written)

@@ -52,6 +52,7 @@ def test_a_role_loads_an_allowed_group_and_then_uses_it(tmp_path: Path) -> None:
     assert outputs[1] == "groups you may load: exec: bash"
     assert outputs[2].splitlines()[0] == "loaded exec: bash"
     assert outputs[3].startswith("exit code 0") and "hi" in outputs[3]
+    assert "already made" not in outputs[3]  # the refused call before the load was not made
     offered = [[t.name for t in r.tools] for r in llm.requests]
     assert "tool_search" in offered[0] and "bash" not in offered[0]
     assert all(names == offered[0] for names in offered)  # the tool list never changes

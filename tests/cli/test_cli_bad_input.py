@@ -40,7 +40,8 @@ TASK = "goal: Write hello.txt\npipeline: [DA]\nchecks:\n  - file_exists: hello.t
 REPLIES = ("DA:\n  - write_file: {path: hello.txt, content: hi}\n"
            "  - finish: {summary: wrote hello.txt}\n")
 EVENTS = ("job.started", "job.sandbox", "job.toolchain.refused", "job.workspace_changed",
-          "role.started", "turn", "role.finished", "check.report", "llm.retry", "llm.fallback")
+          "role.started", "turn", "role.finished", "check.report", "llm.retry", "llm.fallback",
+          "guard.tripped")
 
 
 def _fail_deep(depth: int) -> None:

@@ -4,6 +4,7 @@ cache breakpoints, and a read-back round trip through a real Archive and the rea
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import signal
@@ -48,7 +49,8 @@ WORDS = ["the", "handler", "returns", "parse_config", "src/app/handlers.py", "va
 
 
 def small(**window: object) -> ContextSettings:
-    w = {"target_tokens": 600, "max_tokens": 1500, "keep_recent": 2, **window}
+    w = {"target_tokens": 600, "max_tokens": 1500, "keep_recent": 2, "whole_below": 0.0,
+         **window}
     return ContextSettings(
         tool_result_iri=ToolResultIRISettings(threshold=1024, preview_size=512),
         window=WindowSettings(**w),
@@ -578,3 +580,21 @@ def test_a_call_with_arguments_past_the_cap_enters_the_prompt_as_a_stub() -> Non
     assert kept[1].arguments["arguments_archived"] == iri
     assert kept[1].arguments["bytes"] == len(huge_call.arguments_json())
     assert engine.stats.last_prompt_tokens < settings.window.max_tokens
+
+
+def test_a_routed_result_keeps_the_records_the_latest_call_asked_about() -> None:
+    """The focus is the engine's own (task, latest user and assistant turns): the same in a
+    replay and in a live job. A call that names an order brings that order's record into the
+    preview of a result far larger than the preview."""
+    engine = ContextEngine(small(whole_below=0.0), COUNTER, PREFIX)
+    call = ToolCall("c1", "get_orders", {"user_id": "mia_li_3668", "order_id": "#W0000150"})
+    rows = [{"order_id": f"#W{n:07d}", "user_id": f"user_{n}", "total": 5000 + n}
+            for n in range(300)]
+    engine.add(Message("assistant", "Looking up that order.", (call,)),
+               iri=str(turn_iri(JOB, "DA", 1)))
+    shown = engine.add(Message("tool", json.dumps(rows), (), "c1", "get_orders"),
+                       iri=str(result_iri(JOB, "r1")), tool="get_orders")
+
+    assert shown.content.startswith("[json result archived as")
+    assert "order_id=#W0000150, user_id=user_150, total=5150" in shown.content
+    assert "mia_li_3668" in engine.focus() and "make tests/test_app.py pass" in engine.focus()

@@ -123,7 +123,11 @@ def test_with_prefetch_on_prompt_still_compacts_at_most_once_a_call(
 
 
 def test_with_prefetch_on_the_working_set_never_makes_the_next_call_compact() -> None:
-    engine = engine_with_prefix(with_prefetch(small(max_tokens=2500), True), 0)
+    config = with_prefetch(small(max_tokens=2500), True)
+    # no kept facts or identifier lists: they would show the identifiers the block warms
+    config = config.model_copy(update={"summaries": config.summaries.model_copy(
+        update={"facts_budget_tokens": 0})})
+    engine = engine_with_prefix(config, 0)
     for n, (reply, result) in enumerate([(70, 312), (0, 121), (24, 45)], 1):
         add_step(engine, n, reply, result)
         prompt_compacted(engine)

@@ -164,3 +164,23 @@ def test_many_used_facts_never_take_the_prompt_over_max_tokens() -> None:
 
     assert s.engine.facts.lines  # the facts came back
     assert max(COUNTER.messages(p) for p in s.prompts) <= 1500
+
+
+def test_a_result_compacted_before_any_use_leaves_its_identifiers_under_its_iri() -> None:
+    """An agent comes back to a name a result showed long before; the compaction that moved the
+    result out leaves the identifiers of it that the prompt does not show, under its IRI."""
+    s = session(small())
+    defs = [f"src/app/mod_{k}.py:{k}: def helper_{k}(arg_{k})" for k in range(30)]
+    s.step("open the modules", "\n".join(defs))
+    for k in range(6):
+        s.step(own_words(40, k), own_words(250, 100 + k))
+    s.prompt()
+    gone = next(i for i, p in enumerate(s.prompts)
+                if i > 1 and all("helper_29" not in m.content for m in live_part(p)))
+
+    block = text_of(history_part(s.prompts[gone]))
+    assert "[Identifiers in earlier results not used yet" in block
+    listed = next(x for x in block.splitlines() if x.startswith("<result/DA-1-0> ")).split()[1:]
+    l1_line = next(x for x in block.splitlines() if x.endswith("<result/DA-1-0>"))
+    assert len(listed) >= 5
+    assert all(x in "\n".join(defs) and x not in l1_line for x in listed)  # only what it lacks

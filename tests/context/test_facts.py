@@ -214,3 +214,33 @@ def test_lines_cover_every_missing_fact_and_eviction_keeps_the_most_recent_withi
     if gone and book.lines:
         assert max(recency[id(x)] for x in gone) <= min(recency[id(x)] for x in book.lines)
     assert len(gone) + len(book.lines) == len(added)
+
+
+# --- identifiers of results that left the prompt unused ------------------------------------------
+
+
+def test_see_lists_the_ids_the_prompt_does_not_show_within_half_the_budget() -> None:
+    book = FactBook(budget_tokens=100, count=count)
+    ids = [f"name_{n}.attr" for n in range(200)]
+
+    first = book.see(result(1), ids, hidden={"name_0.attr"}, label=rel)
+
+    assert first is not None and first.ids[0] == "name_1.attr"  # in order, less the hidden
+    assert "name_0.attr" not in first.ids
+    assert book.render_seen([first], rel).splitlines()[1] == (
+        "<result/DA-1-0> " + " ".join(first.ids))
+    more = [book.see(result(n), [f"other_{n}_{k}.x" for k in range(50)], (), rel)
+            for n in range(2, 9)]
+    assert sum(x.tokens for x in book.seen) <= 50  # SEEN_SHARE of the budget, never more
+    assert more[-1] is None  # no room left for the lists
+    assert book.see(result(9), ["name_1.attr"], hidden={"name_1.attr"}, label=rel) is None
+
+
+def test_evict_drops_the_lists_oldest_first_before_any_used_fact() -> None:
+    book, _index = book_with_three_lines()
+    listed = book.see(result(7), ["listed_id.one", "listed_id.two"], (), rel)
+    assert listed is not None
+    book.budget_tokens = book.tokens - 1  # one token too many
+
+    assert book.evict() == []  # no fact line had to go
+    assert book.seen == [] and len(book.lines) == 3

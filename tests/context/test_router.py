@@ -23,9 +23,10 @@ DEFAULTS = ToolResultIRISettings()
 
 
 def route(output: str, tool: str | None = None, *, threshold: int = DEFAULTS.threshold,
-          preview_size: int = DEFAULTS.preview_size, iri: str = IRI):
+          preview_size: int = DEFAULTS.preview_size, iri: str = IRI,
+          focus: frozenset[str] = frozenset()):
     return route_result(output, iri=iri, tool=tool, threshold=threshold,
-                        preview_size=preview_size)
+                        preview_size=preview_size, focus=focus)
 
 
 @contextmanager
@@ -285,6 +286,51 @@ def test_json_summary_gives_the_shape_with_keys_and_array_lengths() -> None:
     shape = next(line for line in text.splitlines() if line.startswith("shape: "))
     assert shape == ('shape: {items: [500 × {id: 0, name: "n0", tags: [2 × "a"]}], '
                      "total: 500, next: null}")
+
+
+def test_json_summary_keeps_each_record_with_its_ids_and_nested_fields() -> None:
+    flights = [{"status": "available", "flight_number": f"HAT{n:03d}", "origin": "EWR",
+                "prices": {"economy": 100 + n, "business": 400 + n}} for n in range(40)]
+    output = json.dumps({"reservation_id": "ZFA04Y", "user_id": "mia_li_3668",
+                         "flights": flights})
+
+    text = route(output, "search_flights").text
+
+    assert "reservation_id=ZFA04Y, user_id=mia_li_3668" in text
+    # identifier-like keys (ids, numbers, codes, names, status) first, nested objects' scalars
+    # under dotted keys
+    assert ("flights[0]: status=available, flight_number=HAT000, origin=EWR, "
+            "prices.economy=100, prices.business=400") in text
+
+
+def test_json_records_that_share_the_focus_come_first() -> None:
+    rows = [{"order_id": f"#W{n:07d}", "item": f"lamp model {n}", "price": 1000 + n}
+            for n in range(200)]
+    output = json.dumps(rows)
+
+    plain = route(output, "get_orders").text
+    focused = route(output, "get_orders", focus=frozenset({"1150", "lamp"})).text
+
+    assert "#W0000150" not in plain  # the middle of the result: past the preview
+    assert "[150]: order_id=#W0000150, item=lamp model 150, price=1150" in focused
+    assert nbytes(focused) <= DEFAULTS.preview_size
+
+
+def test_text_lines_on_the_focus_come_first_with_their_numbers() -> None:
+    lines = [f"line {n} of a generic log with words alpha beta" for n in range(300)]
+    lines[170] = "the session reads self.trust_env from session_settings here"
+    output = "\n".join(lines)
+
+    plain = route(output).text
+    focused = route(output, focus=frozenset({"self.trust_env", "session"})).text
+
+    assert "self.trust_env" not in plain.split("ids: ")[0]
+    body = focused.splitlines()
+    assert body[1] == "on the focus:"
+    assert body[2] == "171: the session reads self.trust_env from session_settings here"
+    # a line that only repeats what the focus names shows nothing new: not on the focus
+    assert route(output, focus=frozenset({"self.trust_env", "session_settings", "session"})
+                 ).text.splitlines()[1] == "head:"
 
 
 def test_text_summary_keeps_head_and_tail() -> None:

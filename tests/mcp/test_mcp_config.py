@@ -97,9 +97,9 @@ def test_a_task_server_replaces_a_configured_one_of_the_same_name() -> None:
 def test_each_role_gets_the_groups_of_the_servers_that_name_it() -> None:
     settings = MCPSettings()
     groups = [MCPGroup(n, s, settings) for n, s in {
-        "always": MCPServerSettings(command="x"),
-        "checker": MCPServerSettings(command="x", roles=("DA", "CA")),
-        "lazy": MCPServerSettings(command="x", on_demand=True),
+        "always": MCPServerSettings(command="x", on_demand=False),
+        "checker": MCPServerSettings(command="x", roles=("DA", "CA"), on_demand=False),
+        "lazy": MCPServerSettings(command="x"),  # on demand unless the config says otherwise
     }.items()]
     assert role_groups(groups, "DA") == (("mcp_always", "mcp_checker"), ("mcp_lazy",))
     assert role_groups(groups, "CA") == (("mcp_checker",), ())

@@ -34,7 +34,8 @@ pytestmark = pytest.mark.heavy  # node servers, and a whole job
 
 def test_a_role_given_the_mcp_group_calls_its_tool_and_the_loop_archives_and_routes_it(
         tmp_path: Path) -> None:
-    settings = Settings()
+    # routing from the first result on: the session is far too short to leave whole_below
+    settings = Settings(context={"window": {"whole_below": 0.0}})
     mcp = group(everything())
     spec = load_role("DA")
     spec = dataclasses.replace(spec, tool_groups=(*spec.tool_groups, mcp.name))
@@ -46,6 +47,8 @@ def test_a_role_given_the_mcp_group_calls_its_tool_and_the_loop_archives_and_rou
     tools = job_groups(reader=archive, iri_base="gliding://job/job1/", mcp=[mcp],
                        asked=["mcp_undeclared"])
     assert "mcp_undeclared" in tools.unavailable  # a role naming it goes without it
+    counter = TokenCounter(settings.context.tokenizer)
+    counter.count("warm")  # the encoding loads here, not on the event loop (the runner's way)
 
     async def main() -> object:
         await tools.open()
@@ -56,7 +59,7 @@ def test_a_role_given_the_mcp_group_calls_its_tool_and_the_loop_archives_and_rou
                 tool_ctx=ToolContext(tmp_path, settings.tools), archive=archive,
                 budget=BudgetTracker(Limits(turns={}), started_at=0.0), bus=InProcessBus(),
                 now=lambda: 0.0, max_turns=4, context=settings.context,
-                counter=TokenCounter(settings.context.tokenizer))
+                counter=counter)
             return await run_agent(env, "Goal: echo, then add 2 and 3")
         finally:
             await tools.aclose()
@@ -78,7 +81,7 @@ def test_a_role_given_the_mcp_group_calls_its_tool_and_the_loop_archives_and_rou
 def test_a_scripted_job_calls_an_mcp_tool_and_succeeds(tmp_path: Path) -> None:
     pidfile = tmp_path / "server.pid"
     settings = Settings(data_dir=tmp_path / "data", mcp=MCPSettings(
-        servers={"everything": everything(pidfile, roles=("DA",))}))
+        servers={"everything": everything(pidfile, roles=("DA",), on_demand=False)}))
     (tmp_path / "task.yaml").write_text("goal: Add 2 and 3 with the MCP server\n"
                                         "pipeline: [DA]\n", encoding="utf-8")
     task = load_task(tmp_path / "task.yaml")
@@ -102,7 +105,7 @@ def test_a_task_file_declares_its_own_server_and_its_job_uses_it(tmp_path: Path)
     (tmp_path / "task.yaml").write_text(json.dumps({
         "goal": "Echo a word with the task's own MCP server", "pipeline": ["DA"],
         "mcp_servers": {"mine": {"command": server.command, "args": list(server.args),
-                                 "env": {"WHERE": "{workspace}"}}},
+                                 "env": {"WHERE": "{workspace}"}, "on_demand": False}},
     }), encoding="utf-8")  # JSON is YAML
     task = load_task(tmp_path / "task.yaml")
     llm = ScriptedLLM({"DA": [call("mine__echo", message="hello"),

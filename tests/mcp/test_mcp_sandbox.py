@@ -349,7 +349,8 @@ def test_a_jobs_task_server_runs_in_the_jobs_sandbox(tmp_path: Path, secret: Pat
     shutil.copy(PROBE, ws / "probe.py")
     (ws / "task.yaml").write_text(json.dumps({
         "goal": "Probe with the task's own MCP server", "pipeline": ["DA"], "workspace": ".",
-        "mcp_servers": {"probe": {"command": "python3", "args": ["probe.py"]}},
+        "mcp_servers": {"probe": {"command": "python3", "args": ["probe.py"],
+                                  "on_demand": False}},
     }), encoding="utf-8")  # JSON is YAML
     llm = ScriptedLLM({"DA": [call("probe__read", path=str(secret)),
                               call("probe__write", path="made.txt", text="inside"),

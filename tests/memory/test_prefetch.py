@@ -247,6 +247,30 @@ def test_an_excluded_or_zero_budget_source_is_warmed_without_lines() -> None:
     assert [(w.iri, w.lines) for w in warmed] == [(iri(2), ())]  # the cache warms, no block
 
 
+def test_the_ranking_holds_what_shows_something_the_prompt_lacks_results_first() -> None:
+    p = predictor("shown_name.a", "hidden_name.b", "hidden_name.c other_name.e", "turn_name.d",
+                  "excluded_name.f", turns=(4,))
+
+    ranking = p.rank({"turn_name.d": 2.0}, visible={"shown_name.a"}, exclude={iri(5)})
+
+    # iri(1) shows nothing the prompt lacks; the turn matches the query but comes after every
+    # result; results no evidence points at, newest first
+    assert ranking == [(iri(3), 0.0), (iri(2), 0.0), (iri(4), 0.5)]
+    p.observe_action(["hidden_name.b"])
+    assert [x for x, _ in p.rank({}, visible=(), exclude=())][:2] == [iri(2), iri(5)]
+
+
+def test_what_is_warmed_is_the_head_of_the_ranking_that_scores() -> None:
+    p = predictor("used_name.a", "other_name.b", "third_name.c", "fourth_name.d", max_sources=2)
+    p.observe_action(["used_name.a"])
+    p.observe_action(["third_name.c"])
+
+    warmed = p.predict({}, visible=(), exclude=(), count=count)
+
+    assert [x for x, _ in p.ranking] == [iri(3), iri(1), iri(4), iri(2)]
+    assert [w.iri for w in warmed] == [iri(3), iri(1)]  # 1.0 and 0.6; the rest score 0
+
+
 def test_max_sources_lines_per_source_and_budget_bound_what_is_warmed() -> None:
     texts = ["\n".join(f"shared_key.lookup other_{k}_{i}.val" for i in range(6))
              for k in range(8)]

@@ -15,9 +15,12 @@ from gliding.daemon.render import progress_line, report_dict, report_text
 from gliding.testing import ScriptedLLM, call
 from tests.scheduler.test_runner import make_task, run
 
+# two calls in turn: never the same call three times in a row (scheduler.loop_limit)
+LOOKING = [call("list_dir", path="."), call("list_dir", path="./")] * 10
+
 
 def test_a_role_files_max_turns_applies_when_the_task_sets_none(tmp_path: Path) -> None:
-    llm = ScriptedLLM({"DA": [call("list_dir", path=".")] * 20})
+    llm = ScriptedLLM({"DA": LOOKING})
     report = run(make_task(tmp_path, pipeline=("DA",), turns={}, checks=()), llm, tmp_path).report
     assert report is not None
     (da,) = report.roles
@@ -43,8 +46,9 @@ def test_a_per_role_prompt_budget_stops_only_when_that_role_spends_it(tmp_path: 
 
 
 def test_completion_tokens_count_against_their_own_budget(tmp_path: Path) -> None:
-    chatty = call("write_file", path="a.txt", content="x" * 400)  # ~100 completion tokens
-    llm = ScriptedLLM({"PA": [call("finish", steps=["write"])], "DA": [chatty] * 10})
+    chatty = [call("write_file", path=f"a{i}.txt", content="x" * 400)  # ~100 completion tokens
+              for i in range(10)]
+    llm = ScriptedLLM({"PA": [call("finish", steps=["write"])], "DA": chatty})
     report = run(make_task(tmp_path, completion_tokens=250), llm, tmp_path).report
     assert report is not None
     assert report.outcome == "budget_exceeded"

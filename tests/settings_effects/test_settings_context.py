@@ -75,6 +75,10 @@ class Run:
         return list(rest[: len(rest) - len(self.live(i))])
 
 
+# the engine saves from the first message (a test of routing or compaction, not of whole_below)
+SAVE = {"GLIDING_CONTEXT__WINDOW__WHOLE_BELOW": "0"}
+
+
 def engine_for(settings: Settings) -> tuple[ContextEngine, TokenCounter]:
     """The engine the agent loop builds from ``settings`` (the runner makes the counter)."""
     counter = TokenCounter(settings.context.tokenizer)
@@ -200,7 +204,8 @@ def test_cache_breakpoints_is_how_many_marks_each_model_call_gets(
 def test_threshold_decides_whether_the_model_sees_the_result_or_its_summary(
     tmp: Path, value: str | None
 ) -> None:
-    env = {} if value is None else {"GLIDING_CONTEXT__TOOL_RESULT_IRI__THRESHOLD": value}
+    env = {**SAVE, **({} if value is None else
+                      {"GLIDING_CONTEXT__TOOL_RESULT_IRI__THRESHOLD": value})}
     job = da_job(tmp, settings_from(tmp, env), call("read_file", path="big.txt"),
                  files={"big.txt": BIG_FILE})
 
@@ -217,7 +222,7 @@ def test_threshold_decides_whether_the_model_sees_the_result_or_its_summary(
 
 
 def test_threshold_archived_result_reads_back_byte_exact_in_the_same_job(tmp: Path) -> None:
-    settings = settings_from(tmp, {"GLIDING_CONTEXT__TOOL_RESULT_IRI__THRESHOLD": "256"})
+    settings = settings_from(tmp, {**SAVE, "GLIDING_CONTEXT__TOOL_RESULT_IRI__THRESHOLD": "256"})
 
     def read_back(request: LLMRequest) -> Message:
         iri = re.search(r"archived as gliding://job/[^/]+/(\S+):", request.messages[-1].content)
@@ -237,7 +242,8 @@ def test_threshold_archived_result_reads_back_byte_exact_in_the_same_job(tmp: Pa
 
 @pytest.mark.parametrize("value", [None, "300"], ids=["default", "300"])
 def test_preview_size_bounds_the_summary_the_model_sees(tmp: Path, value: str | None) -> None:
-    env = {} if value is None else {"GLIDING_CONTEXT__TOOL_RESULT_IRI__PREVIEW_SIZE": value}
+    env = {**SAVE, **({} if value is None else
+                      {"GLIDING_CONTEXT__TOOL_RESULT_IRI__PREVIEW_SIZE": value})}
     job = da_job(tmp, settings_from(tmp, env), call("read_file", path="big.txt"),
                  files={"big.txt": BIG_FILE})
 
@@ -323,7 +329,7 @@ def test_max_tokens_is_the_ceiling_a_huge_reply_is_cut_to(tmp: Path, value: str 
 
 @pytest.mark.parametrize("value", [None, "8"], ids=["default", "8"])
 def test_max_messages_bounds_the_live_messages(tmp: Path, value: str | None) -> None:
-    env = {} if value is None else {"GLIDING_CONTEXT__WINDOW__MAX_MESSAGES": value}
+    env = {**SAVE, **({} if value is None else {"GLIDING_CONTEXT__WINDOW__MAX_MESSAGES": value})}
 
     run = play(settings_from(tmp, env), 25, reply=3, result=3)
 
@@ -359,7 +365,7 @@ def test_keep_recent_is_how_many_messages_a_compaction_leaves(
 # --- context.window.whole_below ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [None, "0.5"], ids=["default", "0.5"])
+@pytest.mark.parametrize("value", [None, "0.5", "0"], ids=["default", "0.5", "0"])
 def test_whole_below_keeps_a_small_session_whole_and_saves_once_it_grows(
     tmp: Path, value: str | None
 ) -> None:
@@ -371,11 +377,11 @@ def test_whole_below_keeps_a_small_session_whole_and_saves_once_it_grows(
 
     routed = [i for i, p in enumerate(run.prompts)
               if any("result archived as" in m.content for m in p)]
-    if value is None:  # 0: the engine saves from the first result on
+    if value == "0":  # the engine saves from the first result on
         assert routed[0] <= 1 and run.engine.stats.compactions > 0
         return
     first = routed[0]  # the first prompt with a result routed
-    assert first >= 5 and run.engine.stats.baseline_tokens > limit
+    assert first >= (5 if value else 2) and run.engine.stats.baseline_tokens > limit
     # before it, every prompt was the append-only prompt: whole results, nothing compacted,
     # each holding the one before it
     assert all(run.compactions[i] == 0 for i in range(first))
@@ -389,7 +395,7 @@ def test_whole_below_keeps_a_small_session_whole_and_saves_once_it_grows(
 
 
 def test_budget_tokens_bounds_the_history_block(tmp: Path) -> None:
-    env = {"GLIDING_CONTEXT__WINDOW__TARGET_TOKENS": "600"}
+    env = {**SAVE, "GLIDING_CONTEXT__WINDOW__TARGET_TOKENS": "600"}
     default = play(settings_from(tmp, env), 40)
     tight = play(settings_from(tmp, {**env, "GLIDING_CONTEXT__SUMMARIES__BUDGET_TOKENS": "100"}),
                  40)

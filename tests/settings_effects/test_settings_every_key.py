@@ -111,6 +111,9 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_scheduler.test_simple_goal_max_words_picks_the_auto_pipeline"],
     "scheduler.max_parallel": [
         "test_settings_scheduler.test_max_parallel_bounds_the_step_sessions_that_run_at_once"],
+    "scheduler.loop_limit": [
+        "test_settings_scheduler.test_loop_limit_is_how_often_one_call_may_come_in_a_row",
+        "test_settings_scheduler.test_loop_limit_of_one_is_refused"],
     "context.tokenizer": [
         "test_settings_context.test_tokenizer_is_the_encoding_the_job_counts_prompt_tokens_with",
         "test_settings_context.test_tokenizer_unknown_falls_back_to_4_characters_a_token"],

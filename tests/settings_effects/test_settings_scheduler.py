@@ -11,10 +11,17 @@ from gliding.bus.messages import JobEvent
 from gliding.config.settings import Settings
 from gliding.core.messages import Message
 from gliding.daemon.compose import run_job
+from gliding.errors import ConfigError
 from gliding.llm.port import LLMRequest
 from gliding.testing import ScriptedLLM, call
 from gliding.testing.latency import LatencyLLM
-from tests.settings_effects.effects_support import run_team, settings_from, team, write_task
+from tests.settings_effects.effects_support import (
+    run_scripted,
+    run_team,
+    settings_from,
+    team,
+    write_task,
+)
 
 DEFAULTS = Settings().scheduler
 
@@ -178,3 +185,37 @@ def test_max_parallel_bounds_the_step_sessions_that_run_at_once(
     assert llm.peak == max_parallel  # the model never had more step DAs' calls in flight
     for k in range(1, STEPS + 1):
         assert (tmp / "workspace" / f"s{k}.txt").read_text(encoding="utf-8") == f"step s{k}"
+
+
+# --- scheduler.loop_limit ---------------------------------------------------------------------
+
+LOOKING_TASK = "goal: Look at the workspace and write nothing\npipeline: [DA]\n"
+
+
+@pytest.mark.parametrize(("limit", "outcome", "runs"), [(None, "loop_detected", 2),
+                                                        ("2", "loop_detected", 1),
+                                                        ("4", "loop_detected", 3),
+                                                        ("0", "success", 5)])
+def test_loop_limit_is_how_often_one_call_may_come_in_a_row(
+    tmp: Path, limit: str | None, outcome: str, runs: int
+) -> None:
+    assert DEFAULTS.loop_limit == 3
+    env = {} if limit is None else {"GLIDING_SCHEDULER__LOOP_LIMIT": limit}
+    task = write_task(tmp, LOOKING_TASK)
+    same = [call("list_dir", path=".") for _ in range(5)]
+
+    job = run_scripted(task, settings_from(tmp, env),
+                       {"DA": [*same, call("finish", summary="looked")]})
+
+    report = job.handle.report
+    assert report.outcome == outcome
+    assert len(job.results()) == runs  # the call that completes the row is not run
+    tripped = [e for e in job.events if e.event == "guard.tripped"]
+    assert len(tripped) == (outcome == "loop_detected")
+    if tripped:
+        assert report.stopped == tripped[0].data["detail"]
+
+
+def test_loop_limit_of_one_is_refused(tmp: Path) -> None:
+    with pytest.raises(ConfigError, match=r"scheduler\.loop_limit.*at least 2"):
+        settings_from(tmp, {"GLIDING_SCHEDULER__LOOP_LIMIT": "1"})

@@ -14,9 +14,14 @@ kinds of evidence rank an earlier source (an archived result or a compacted turn
   weighted by rarity (inverse source frequency), as a share of the best such source times
   ``content_weight``. It lets a source no action has used yet come in.
 
-Sources scoring at least ``min_score`` are warmed, best first, at most ``max_sources``: the
-caller loads them into the agent's cache. From each, the lines that show what the prompt
-lacks, at most ``lines_per_source``, within ``budget_tokens``, make the working-set block.
+Only a source holding an identifier the prompt does not show can give the next step something
+it lacks, so the ranking (``rank``) holds those alone: results first (an identifier an action
+needs and the prompt lacks was shown first by a tool result, so a result holds it), then
+turns; within each by score, then newest first (recency decides between sources no evidence
+points at). Sources of the ranking scoring at least ``min_score`` are warmed, best first, at
+most ``max_sources``: the caller loads them into the agent's cache. From each, the lines that
+show what the prompt lacks, at most ``lines_per_source``, within ``budget_tokens``, make the
+working-set block.
 
 Pure apart from its own state; the caller feeds it sources and actions and renders the result.
 """
@@ -59,6 +64,9 @@ class Predictor:
         self.index = index
         self.params = params
         self.access: dict[str, float] = {}  # decayed access count of each source
+        # the last ``predict``'s ``rank``, before ``min_score`` and ``max_sources`` cut it to
+        # what is warmed (``gliding bench prefetch`` measures it)
+        self.ranking: list[tuple[str, float]] = []
 
     def observe_action(self, ids: Collection[str]) -> list[str]:
         """Learn from one action: every source holding an identifier the action used, that a
@@ -92,19 +100,30 @@ class Predictor:
         best = max(score.values(), default=0.0)
         return {iri: v / best for iri, v in score.items()} if best > 0 else {}
 
+    def rank(self, query: Mapping[str, float], *, visible: Collection[str],
+             exclude: Collection[str]) -> list[tuple[str, float]]:
+        """Every source that holds an identifier not in ``visible`` and is not in ``exclude``,
+        with its score, best first: results, then turns; by score, then newest first."""
+        content = self._content(query, exclude)
+        weight = self.params.content_weight
+        scored = []
+        for iri, source in self.index.sources.items():
+            if iri in exclude or source.ids.issubset(visible):
+                continue
+            score = self.access.get(iri, 0.0) + weight * content.get(iri, 0.0)
+            scored.append((source.kind != "result", -score, -source.turn, iri))
+        scored.sort()
+        return [(iri, -negative) for _kind, negative, _turn, iri in scored]
+
     def predict(self, query: Mapping[str, float], *, visible: Collection[str],
                 exclude: Collection[str], count: Callable[[str], int]) -> list[Warm]:
         """The sources to warm and the lines to quote from them. ``query`` weighs identifiers
         of the newest messages and the focus; ``visible`` are identifiers the prompt shows;
         ``exclude`` are sources the prompt holds in full."""
         p = self.params
-        score = {iri: v for iri, v in self.access.items()
-                 if iri not in exclude and iri in self.index.sources}
-        for iri, share in self._content(query, exclude).items():
-            score[iri] = score.get(iri, 0.0) + p.content_weight * share
-        turn = {iri: self.index.sources[iri].turn for iri in score}
-        ranked = sorted((iri for iri in score if score[iri] >= p.min_score),
-                        key=lambda iri: (-score[iri], -turn[iri]))[: p.max_sources]
+        self.ranking = self.rank(query, visible=visible, exclude=exclude)
+        score = dict(self.ranking)
+        ranked = [iri for iri, v in self.ranking if v > 0 and v >= p.min_score][: p.max_sources]
         out = []
         used = 0
         for iri in ranked:
