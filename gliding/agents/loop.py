@@ -246,7 +246,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     completion: Completion | None = None
     usage, replayed = Usage(), 0
     # every tool the session will offer, declared once: the same bytes on every turn (offer.py)
-    offer = declare(toolset.specs(), role.finish, on_demand=bool(env.on_demand),
+    offer = declare(toolset.specs(), role.finish, on_demand=tuple(env.on_demand),
                     summaries=env.context.summaries.model_written)
     own_summary = own_summaries([*toolset.specs(), role.finish, *(
         t.spec() for group in env.on_demand.values() for t in group.tools)])

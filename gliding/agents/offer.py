@@ -6,7 +6,9 @@ changes between two calls of one session re-writes the whole cached prefix. The 
 therefore declares every tool it will ever offer on its first turn (``declare``):
 
 - the tools of the role's groups, in their declared order;
-- ``tool_search`` and ``call_tool`` when the role may load groups on demand. A loaded group's
+- ``tool_search`` and ``call_tool`` when the role may load groups on demand. ``tool_search``'s
+  description names the groups (fixed for the session), so a model loads the one it needs
+  without first asking for the list. A loaded group's
   schemas arrive as ``tool_search``'s result (an appended message), and its tools are called
   through ``call_tool(name, arguments)``; a model that calls a loaded tool by its own name is
   taken at its word too (``resolve``);
@@ -69,11 +71,21 @@ class Offer:
                              for t in loaded if t.name not in names))
 
 
-def declare(specs: Sequence[ToolSpec], finish: ToolSpec, *, on_demand: bool,
+def search_spec(groups: Sequence[str]) -> ToolSpec:
+    """``tool_search``, its description naming the ``groups`` it may load."""
+    if not groups:
+        return TOOL_SEARCH
+    return ToolSpec("tool_search", f"{TOOL_SEARCH.description} Groups: {', '.join(groups)}.",
+                    TOOL_SEARCH.parameters)
+
+
+def declare(specs: Sequence[ToolSpec], finish: ToolSpec, *, on_demand: Sequence[str],
             summaries: bool) -> Offer:
     """The session's tool list: its groups' tools, then ``tool_search`` and ``call_tool`` (with
-    groups on demand), then ``finish``; each with the ``summary`` argument when ``summaries``."""
-    tools = [*specs, *((TOOL_SEARCH, CALL_TOOL) if on_demand else ()), finish]
+    groups on demand: ``on_demand`` names them), then ``finish``; each with the ``summary``
+    argument when ``summaries``."""
+    meta = (search_spec(on_demand), CALL_TOOL) if on_demand else ()
+    tools = [*specs, *meta, finish]
     if not summaries:
         return Offer(tuple(tools), frozenset())
     offered = [with_summary(t) for t in tools]

@@ -7,8 +7,9 @@ server-filesystem, the pinned node programs, started over stdio, the latter allo
 job's workspace — given to every role (PA, DA, CA, AA):
 
 - ``on_demand``: the servers as a config declares them by default (``on_demand`` left out): a
-  role carries its own groups plus ``tool_search`` and ``call_tool``. DA lists the loadable
-  groups, loads the filesystem server's and reads ``notes.txt`` through ``call_tool``.
+  role carries its own groups plus ``tool_search`` (its description names the loadable
+  groups) and ``call_tool``. DA loads the filesystem server's group and reads ``notes.txt``
+  through ``call_tool``.
 - ``full``, the full catalog: every core group given to every role (the task's
   ``tool_groups``) and both servers always offered (``on_demand: false``); DA calls the same
   tool by its own name.
@@ -111,9 +112,10 @@ def versions(modules: Path) -> dict[str, str]:
 
 def replies(note: Path, *, on_demand: bool) -> dict[str, list[dict[str, Any]]]:
     """The job's replies: DA reads ``note`` with the filesystem server, through tool_search
-    and call_tool when its tools are on demand, by the tool's own name otherwise."""
+    (whose description names the groups: no listing call first) and call_tool when its tools
+    are on demand, by the tool's own name otherwise."""
     read = {"path": str(note)}
-    found = ([{"tool_search": {}}, {"tool_search": {"group": LOADED}},
+    found = ([{"tool_search": {"group": LOADED}},
               {"call_tool": {"name": READ, "arguments": read}}] if on_demand
              else [{READ: read}])
     return {"PA": [{"finish": {"steps": [f"read {NOTE} with the filesystem server"]}}],

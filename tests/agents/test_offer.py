@@ -16,18 +16,25 @@ FINISH = ToolSpec("finish", "done", {"type": "object", "required": ["summary"],
 
 
 def test_the_declared_list_is_the_groups_then_the_meta_tools_then_finish() -> None:
-    offer = declare(READ.specs(), FINISH, on_demand=True, summaries=True)
+    offer = declare(READ.specs(), FINISH, on_demand=("web",), summaries=True)
     assert [t.name for t in offer.tools] == ["read_file", "list_dir", "glob", "grep",
                                              "tool_search", "call_tool", "finish"]
     assert "finish" not in offer.summarised and "call_tool" in offer.summarised
-    again = declare(READ.specs(), FINISH, on_demand=True, summaries=True)
+    again = declare(READ.specs(), FINISH, on_demand=("web",), summaries=True)
     assert json.dumps([t.to_openai() for t in again.tools]) == json.dumps(
         [t.to_openai() for t in offer.tools])
     now = offer.callable_now(may_finish=False, loaded=EXEC.specs())
     assert [t.name for t in now][-2:] == ["call_tool", "bash"]
     assert "summary" in now[-1].parameters["properties"]
-    assert [t.name for t in declare((), FINISH, on_demand=False, summaries=False).tools] == [
+    assert [t.name for t in declare((), FINISH, on_demand=(), summaries=False).tools] == [
         "finish"]
+
+
+def test_tool_search_names_the_groups_it_may_load() -> None:
+    offer = declare(READ.specs(), FINISH, on_demand=("web", "mcp_filesystem"), summaries=False)
+
+    search = next(t for t in offer.tools if t.name == "tool_search")
+    assert search.description.endswith("Groups: web, mcp_filesystem.")
 
 
 def test_call_tool_arguments_may_come_flat_or_as_json_text() -> None:

@@ -49,6 +49,6 @@ def test_bench_tools_measures_each_role_on_demand_against_the_full_catalog(
     assert result["found_and_called"]["load_answer_tokens"] > 0  # the schemas, once
     spent = result["job_tokens"]
     assert spent["on_demand"]["tools"] < spent["full"]["tools"] < spent["full"]["prompt"]
-    assert result["model_calls"]["on_demand"]["DA"] == 4  # list, load, call, finish
+    assert result["model_calls"]["on_demand"]["DA"] == 3  # load, call, finish
     assert result["model_calls"]["full"]["DA"] == 2  # call, finish
-    assert result["model_calls"]["extra"] == 2
+    assert result["model_calls"]["extra"] == 1
