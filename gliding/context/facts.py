@@ -36,7 +36,7 @@ class FactLine:
     tokens: int
 
 
-SEEN_TOKENS = 60  # one result's list of identifiers, at most (an estimate: 3 characters a token)
+SEEN_TOKENS = 90  # one result's list of identifiers, at most (an estimate: 3 characters a token)
 SEEN_SHARE = 0.5  # of the budget, what the lists may take: the rest is room for used facts
 
 
