@@ -9,7 +9,7 @@ gets. Summaries by kind:
 - search / grep output: match counts per file, then the first matches;
 - file reads: path, line count, outline (definitions, headings) with line numbers, head;
 - shell: exit code, error lines, head and tail;
-- JSON: shape, then one line per record (of the first 400: an object's scalar fields as
+- JSON: shape, then one line per record (of the first 2,000: an object's scalar fields as
   ``key=value``, nested objects as dotted keys, identifier-like keys first), so ids and
   numbers in the middle of a result stay with the record they belong to;
 - anything else: head and tail.
@@ -76,15 +76,19 @@ def route_result(output: str, *, iri: str, tool: str | None, threshold: int,
     size = len(output.encode("utf-8"))
     if size <= threshold:
         return RoutedResult(output, False, "verbatim")
-    kind = classify(output, tool)
+    parsed = _parse_json(output)
+    kind = "json" if parsed is not None else classify(output, tool)
     lines = output.splitlines()
     header = (f"[{kind} result archived as {iri}: {size} bytes, {len(lines)} lines. "
               f"Read it with read_result(iri, offset, limit) or grep_result(iri, pattern).]")
     if len(header.encode()) + 40 > preview_size:
         header = f"[archived as {iri}: {size} bytes; read_result(iri)]"
     wanted = frozenset(focus)
-    if kind == "json":
-        body = _json(output, wanted)
+    if parsed is not None:
+        head, data = parsed
+        body = _json(data, wanted)
+        if head:  # the tool's own first line (``orders.json lines 1-1 of 1``) leads
+            body.insert(0, clip(head, LINE_CHARS))
     else:
         body = _SUMMARISERS[kind](output, lines)
         near, room = [], int(preview_size * FOCUS_SHARE)
@@ -119,12 +123,8 @@ def route_call(call: ToolCall, *, iri: str, cap: int) -> tuple[ToolCall, int | N
 def classify(output: str, tool: str | None) -> str:
     name = (tool or "").lower()
     stripped = output.lstrip()
-    if stripped[:1] in "[{":
-        try:
-            json.loads(output)
-            return "json"
-        except (ValueError, RecursionError):
-            pass
+    if _parse_json(output) is not None:
+        return "json"
     lines = output.splitlines()[:200]
     if name in SEARCH_TOOLS or _share(lines, _GREP_LINE) > 0.5:
         return "search"
@@ -133,6 +133,22 @@ def classify(output: str, tool: str | None) -> str:
     if name in SHELL_TOOLS or _EXIT.search(output[:300]):
         return "shell"
     return "text"
+
+
+def _parse_json(output: str) -> tuple[str, Any] | None:
+    """``("", data)`` when the output is JSON; ``(first line, data)`` when the rest of it is (a
+    tool that heads what it read with a line of its own); None otherwise."""
+    stripped = output.lstrip()
+    head = ""
+    if stripped[:1] not in ("[", "{"):
+        first, _, rest = stripped.partition("\n")
+        if len(first) > 300 or rest.lstrip()[:1] not in ("[", "{"):
+            return None
+        head, stripped = first, rest
+    try:
+        return head, json.loads(stripped)
+    except (ValueError, RecursionError):
+        return None
 
 
 # ---- summarisers: (output, lines) -> list of lines, most important first ---------------------
@@ -183,17 +199,16 @@ def _shell(output: str, lines: list[str]) -> list[str]:
     return out
 
 
-def _json(output: str, focus: frozenset[str]) -> list[str]:
+def _json(data: Any, focus: frozenset[str]) -> list[str]:
     """Shape, then records: those that share the most with ``focus`` first, then the rest in
     document order."""
-    data = json.loads(output)
     rows = list(_records(data, "", 0))
     ranked = sorted(range(len(rows)), key=lambda i: (-_focus_score(rows[i], focus), i))
     return [clip("shape: " + _shape(data, 0), LINE_CHARS),
             *(clip(rows[i], LINE_CHARS) for i in ranked)]
 
 
-MAX_RECORDS = 400  # records a JSON summary considers
+MAX_RECORDS = 2000  # records a JSON summary considers
 _ID_KEY = re.compile(r"(^|_)(id|ids|key|number|code|name|email|path|url|status)$", re.I)
 
 
@@ -252,16 +267,16 @@ def _inline(values: list[Any]) -> str:
 _TERM = re.compile(r"[A-Za-z0-9_./-]{3,}")
 MAX_FOCUS_LINES = 12
 FOCUS_SHARE = 0.2  # of a summary's budget, what the lines on the focus may take
-FOCUS_SCAN_LINES = 5000  # lines of an output searched for the focus
+FOCUS_SCAN_LINES = 20_000  # lines of an output searched for the focus
+FOCUS_SCAN_CHARS = 400_000  # ... and characters (also where the ids list looks)
 
 
 def _focus_score(line: str, focus: frozenset[str]) -> int:
     """Identifiers of the focus in ``line`` count 3, its other words 1 (each once)."""
     if not focus:
         return 0
-    seen = {w.lower().strip("./-") for w in _TERM.findall(line)}
-    seen |= set(identifiers(line))
-    hits = seen & focus
+    raw = {w.strip("./-") for w in _TERM.findall(line)}
+    hits = (raw | {w.lower() for w in raw}) & focus
     return sum(3 if any(c in x for c in "/_.") or x.isdigit() else 1 for x in hits)
 
 
@@ -272,13 +287,33 @@ def _focus_lines(lines: list[str], focus: frozenset[str]) -> list[str]:
     if not focus:
         return []
     scored = []
+    budget = FOCUS_SCAN_CHARS
     for n, line in enumerate(lines[:FOCUS_SCAN_LINES], 1):
-        score = _focus_score(line[:2000], focus)
-        if score >= 3 and any(x not in focus for x in identifiers(line[:2000])):
-            scored.append((-score, n, line))
+        # a long line (a minified file, one-line JSON) is scored piece by piece
+        pieces = [line] if len(line) <= LINE_CHARS else _pieces(line[:budget], LINE_CHARS)
+        budget -= len(line)
+        for k, piece in enumerate(pieces):
+            score = _focus_score(piece, focus)
+            if score >= 3 and any(x not in focus for x in identifiers(piece)):
+                shown = piece.strip() if len(pieces) == 1 else f"…{piece.strip()}…"
+                scored.append((-score, n, k, shown))
+        if budget <= 0:
+            break
     scored.sort()
-    return [f"{n}: {clip(line.strip(), LINE_CHARS)}" for _s, n, line in
-            scored[:MAX_FOCUS_LINES]]
+    return [f"{n}: {clip(text, LINE_CHARS)}" for _s, n, _k, text in scored[:MAX_FOCUS_LINES]]
+
+
+def _pieces(line: str, width: int) -> list[str]:
+    """``line`` in pieces of about ``width`` characters, cut at spaces where it has them."""
+    out, start = [], 0
+    while start < len(line):
+        end = min(len(line), start + width)
+        if end < len(line):
+            cut = line.rfind(" ", start + width // 2, end)
+            end = cut if cut > start else end
+        out.append(line[start:end])
+        start = end
+    return out
 
 
 def _text(output: str, lines: list[str]) -> list[str]:
@@ -324,7 +359,7 @@ def _fit(header: str, body: list[str], output: str, budget: int,
         else:
             rest.append(line)
     shown = "\n".join(parts)
-    unseen = sorted((i for i in identifiers(output) if i not in shown),
+    unseen = sorted((i for i in identifiers(output[:FOCUS_SCAN_CHARS]) if i not in shown),
                     key=lambda i: (i not in focus, _id_rank(i)))
     if unseen and used + 6 < budget:
         picked = []

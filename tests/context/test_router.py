@@ -333,6 +333,29 @@ def test_text_lines_on_the_focus_come_first_with_their_numbers() -> None:
                  ).text.splitlines()[1] == "head:"
 
 
+def test_json_under_the_tools_own_first_line_is_summarised_as_json() -> None:
+    rows = [{"order_id": f"#W{n:07d}", "total": 20 + n} for n in range(300)]
+    output = "orders.json lines 1-1 of 1\n" + json.dumps(rows)
+
+    routed = route(output, "read_file", focus=frozenset({"w0000157", "total"}))
+
+    assert routed.kind == "json"
+    lines = routed.text.splitlines()
+    assert lines[1] == "orders.json lines 1-1 of 1"
+    assert lines[3] == "[157]: order_id=#W0000157, total=177"  # after the shape: the focus
+
+
+def test_the_focus_is_found_inside_one_long_line() -> None:
+    words = " ".join(f"word{n} value{n}" for n in range(3000))  # 40 KB on one line
+    output = words.replace("word1500 value1500",
+                           "word1500 session.trust_env = load_env(config_path) value1500")
+
+    text = route(output, focus=frozenset({"session.trust_env", "session"})).text
+
+    near = text.splitlines()[2]
+    assert near.startswith("1: …") and "session.trust_env = load_env(config_path)" in near
+
+
 def test_text_summary_keeps_head_and_tail() -> None:
     text = route(PLAIN).text
 
