@@ -3,8 +3,8 @@ before the loop stops it, and the lines that say why a guard stopped it.
 
 - ``loop_detected``: the session's latest ``limit`` tool calls are the same call, the same tool
   with the same arguments as canonical JSON (``call_key``). Only calls count: a text reply
-  between two of them does not break the row. The call before the last one allowed is answered
-  with ``LAST_REPEAT``.
+  between two of them does not break the row. The last call allowed (one short of ``limit``) is
+  answered with ``LAST_REPEAT``.
 - ``compaction_stalled``: the context engine says when (``ContextEngine.stalled``);
   ``stall_error`` words it.
 
@@ -56,6 +56,6 @@ def loop_error(name: str, arguments: Mapping[str, Any], row: int) -> str:
 
 def stall_error(stalls: int, window: WindowSettings, within: int) -> str:
     """Why the session stopped ``compaction_stalled``, in one line."""
-    return (f"compaction stalled: {stalls} compactions in a row left the prompt over its "
-            f"high-water mark ({window.high_water:g} x {window.target_tokens} tokens) and the "
-            f"next came within {within} calls")
+    return (f"compaction stalled: {stalls} compactions in a row left the prompt over the "
+            f"window's high-water mark ({window.high_water:g} x {window.max_tokens} tokens) "
+            f"and the next came within {within} calls")

@@ -124,7 +124,7 @@ class Answer(_Message):
     schema_tokens: NonNegativeInt = 0  # the tool schemas of the role's last prompt
     step: str | None = None  # the plan step of the Assignment answered (exploratory DA)
     # calls that repeated an earlier call whose result the prompt no longer held whole
-    rereads: NonNegativeInt = 0
+    rereads: int = Field(0, ge=0, le=1_000_000)  # post-compaction re-reads of the session
 
 
 class PlanStep(_Message):

@@ -17,8 +17,9 @@ When the prompt passes the high-water mark (or ``max_messages``), the
 oldest live messages — never fewer than ``keep_recent`` kept, never a tool result separated
 from the call before it — move into the L1 chain until the prompt is under the low-water mark;
 each becomes one line (``gist``), the chain evicts by score to its budget, the identifiers
-the agent used whose messages left come back as fact lines, and a result that leaves before
-any use leaves a list of the identifiers the prompt lacks under its IRI (``facts``).
+the agent used whose messages left come back as fact lines, and a result that leaves leaves a
+list of the identifiers the prompt lacks (those not used yet) under its IRI (``facts``). A
+``tool_search`` answer (the schemas of tools loaded on demand) goes into the block whole.
 
 The focus — what the job is doing now — is the engine's own: the task (the prefix's last user
 message), the latest user turn and the latest assistant turn (its text and calls), plus a plan
@@ -60,8 +61,9 @@ WORKING_SET = "(working set)"  # the tool label of a live prefetch block
 READ_BACK_TOOLS = frozenset({"read_result", "grep_result"})  # already archived: never re-routed
 # their answer is what the model needs whole (the schemas of the tools tool_search loaded)
 WHOLE_TOOLS = READ_BACK_TOOLS | {"tool_search"}
-# a compaction stalls when it leaves the prompt over the high-water mark and the next comes
-# within STALL_CALLS prompts; STALLS of them in a row: compaction cannot keep up (``stalled``)
+# a compaction stalls when it leaves the prompt over the window's high-water mark (high_water x
+# max_tokens) and the next comes within STALL_CALLS prompts; STALLS of them in a row:
+# compaction cannot keep up (``stalled``)
 STALL_CALLS = 2
 STALLS = 2
 
@@ -152,9 +154,11 @@ class ContextEngine:
                            if m.role == "user"), "")
         self._latest: dict[str, str] = {}  # role -> its latest turn's text (and calls)
         self._focus_terms: frozenset[str] | None = None  # of ``focus()``, until a turn changes it
+        self._step = ""  # the plan step ``prompt`` was last given
         self.stats = EngineStats()
         self.stalls = 0  # stalled compactions in a row (STALL_CALLS)
-        self._over_after = False  # the last compaction left the prompt over the high-water mark
+        self._loaded: list[str] = []  # tool_search answers (loaded schemas) compacted: kept whole
+        self._over_after = False  # the last compaction left the prompt over the window's mark
         self._since_compaction = 0  # prompts since the last compaction
         p = settings.prefetch
         self.lines = LineIndex()
@@ -224,10 +228,11 @@ class ContextEngine:
                                " ".join(summary.split()) if summary else None))
         return message
 
-    def focus(self, step: str = "") -> str:
-        """What the job is doing now: the task, the latest user turn, the latest assistant
-        turn (its text and calls) and ``step`` (a plan step the caller adds to the task)."""
-        return "\n".join(x for x in (self._task, step, self._latest.get("user", ""),
+    def focus(self) -> str:
+        """What the job is doing now: the task, the plan step the caller gave ``prompt`` (when
+        it has one beyond the task), the latest user turn and the latest assistant turn (its
+        text and calls)."""
+        return "\n".join(x for x in (self._task, self._step, self._latest.get("user", ""),
                                       self._latest.get("assistant", "")) if x)
 
     def focus_terms(self) -> frozenset[str]:
@@ -275,7 +280,9 @@ class ContextEngine:
     def prompt(self, step: str = "") -> list[Message]:
         """The messages to send now; compacts first when over the high-water mark. ``step``:
         the plan step, when the caller has one beyond the task (see ``focus``)."""
-        focus = self.focus(step)
+        if step != self._step:
+            self._step, self._focus_terms = step, None
+        focus = self.focus()
         s = self.settings.window
         fresh = not (self.live and self.live[-1].tool == WORKING_SET)  # something new came
         if fresh:
@@ -315,17 +322,21 @@ class ContextEngine:
     @property
     def stalled(self) -> bool:
         """Compaction cannot keep up: ``STALLS`` compactions in a row each left the prompt over
-        the high-water mark (``high_water`` x ``target_tokens``) and the next came within
-        ``STALL_CALLS`` prompts. The agent loop stops the session (``compaction_stalled``)."""
+        the window's high-water mark (``high_water`` x ``max_tokens``: what no compaction could
+        bring down is near the ceiling) and the next came within ``STALL_CALLS`` prompts. The
+        agent loop stops the session (``compaction_stalled``). The mark is the window's, not
+        the batch target's: a prefix, the history block and two long replies often pass
+        ``high_water`` x ``target_tokens`` after a compaction, and a session that compacts
+        every other call that way still works (it pays a cache rewrite each time)."""
         return self.stalls >= STALLS
 
     def _count_stall(self, total: int) -> None:
         """A compaction just left the prompt at ``total`` tokens: the one before it stalled
-        when it left the prompt over the high-water mark and this one came that soon."""
+        when it left the prompt over the window's high-water mark and this one came that soon."""
         w = self.settings.window
         stalled = self._over_after and self._since_compaction <= STALL_CALLS
         self.stalls = self.stalls + 1 if stalled else 0
-        self._over_after = total > w.high_water * w.target_tokens
+        self._over_after = total > w.high_water * w.max_tokens
         self._since_compaction = 0
 
     def holds_whole(self, iri: str) -> bool:
@@ -469,6 +480,10 @@ class ContextEngine:
             return
         moved, self.live = self.live[:cut], self.live[cut:]
         added = []
+        loaded = [x.message.content for x in moved
+                  if x.message.role == "tool" and x.tool == "tool_search"
+                  and x.message.content.startswith("loaded ")]
+        self._loaded += loaded  # the schemas the session loaded stay callable: kept whole
         for item in moved:
             if item.tool == WORKING_SET:
                 continue  # derived from earlier sources, which keep their own lines
@@ -488,7 +503,8 @@ class ContextEngine:
             # minor compaction: the new lines go in a block of their own after the earlier
             # blocks, which stay byte-identical (and cached)
             parts = [self.chain.render(added, weak=False) if added else "",
-                     self.facts.render(new_facts, rel), self.facts.render_seen(new_seen, rel)]
+                     self.facts.render(new_facts, rel), self.facts.render_seen(new_seen, rel),
+                     _render_loaded(loaded)]
             self._segments.append(Message("user", "\n".join(p for p in parts if p)))
             self._segment_ids |= frozenset(identifiers(self._segments[-1].content))
         else:
@@ -504,7 +520,7 @@ class ContextEngine:
             self.facts.add_lines(self.facts.missing(visible, self.lines), self.lines, rel)
             self.facts.evict()
             parts = [self.chain.render(), self.facts.render(self.facts.lines, rel),
-                     self.facts.render_seen(self.facts.seen, rel)]
+                     self.facts.render_seen(self.facts.seen, rel), _render_loaded(self._loaded)]
             self._segments = [Message("user", "\n".join(p for p in parts if p))]
             self._segment_ids = frozenset(identifiers(self._segments[0].content))
             self.stats.major_compactions += 1
@@ -512,7 +528,6 @@ class ContextEngine:
         self.stats.compactions += 1
         floor = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
         self._trigger = max(s.high_water * s.target_tokens, floor + self._batch)
-
 
     def _see(self, moved: Sequence[_Live], visible: set[str],
              rel: Callable[[str], str]) -> list[SeenIds]:
@@ -543,6 +558,15 @@ class ContextEngine:
             return action_line(item.source, calls, width=self.settings.summaries.line_chars)
         return gist(item.source, salient=self._mentioned,
                     width=self.settings.summaries.line_chars)
+
+
+def _render_loaded(answers: Sequence[str]) -> str:
+    """The tool_search answers a compaction took out of the live messages, whole: the schemas of
+    the tools the session loaded, which call_tool still calls."""
+    if not answers:
+        return ""
+    return "\n".join(["[Tools you loaded with tool_search (call them with call_tool):]",
+                      *answers])
 
 
 def _role_label(item: _Live) -> str:

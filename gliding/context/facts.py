@@ -10,9 +10,10 @@ the result's IRI. One line often carries several facts; lines are picked greedil
 missing facts they cover. The book has a token budget; when it is over, the facts the agent
 used least recently leave first (their lines stay in L0).
 
-A tool result that leaves the prompt before the agent used anything of it leaves, in the room
-the budget has left (the lists together at most half of it), a short list of its identifiers
-that the prompt does not show, under its IRI (``see``): agents come back to a name or a number
+A tool result that a compaction takes out of the prompt leaves, in the room the budget has left
+(the lists together at most half of it), a short list of its identifiers that the prompt does
+not show — those the agent used have fact lines, so these are the ones it has not used yet —
+under its IRI (``see``): agents come back to a name or a number
 of a result read long before (a path, a config key, an order number), and the list is what
 lets them type it, or read the result back. These lists leave first when the book is over its
 budget, oldest first.
@@ -36,12 +37,14 @@ class FactLine:
     tokens: int
 
 
-SEEN_TOKENS = 90  # one result's list of identifiers, at most (an estimate: 3 characters a token)
+SEEN_TOKENS = 90  # one result's list of identifiers, at most
 SEEN_SHARE = 0.5  # of the budget, what the lists may take: the rest is room for used facts
 
 
 @dataclass(frozen=True)
 class SeenIds:
+    """A result's identifiers the prompt lacked when a compaction took the result out."""
+
     iri: str
     ids: tuple[str, ...]
     tokens: int
@@ -117,17 +120,24 @@ class FactBook:
         listed = sum(x.tokens for x in self.seen)
         room = min(SEEN_TOKENS, self.budget_tokens - self.tokens,
                    int(self.budget_tokens * SEEN_SHARE) - listed)
-        used = len(label(iri)) // 3 + 3
-        picked: list[str] = []
+        used = self.count(f"<{label(iri)}>") + 2
+        picked: dict[str, None] = {}
         for ident in ids:
-            cost = len(ident) // 3 + 1
-            if ident in hidden or ident in picked or used + cost > room:
+            if ident in hidden or ident in picked:
                 continue
-            picked.append(ident)
+            cost = self.count(ident)
+            if used + cost > room:
+                continue
+            picked[ident] = None
             used += cost
-        if not picked:
+        chosen = list(picked)
+        tokens = self.count(self._seen_line(iri, chosen, label)) + 1
+        while chosen and tokens > room:  # the estimate was short: the last ones go
+            chosen.pop()
+            tokens = self.count(self._seen_line(iri, chosen, label)) + 1
+        if not chosen:
             return None
-        entry = SeenIds(iri, tuple(picked), self.count(self._seen_line(iri, picked, label)) + 1)
+        entry = SeenIds(iri, tuple(chosen), tokens)
         self.seen.append(entry)
         return entry
 

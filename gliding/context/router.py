@@ -77,7 +77,7 @@ def route_result(output: str, *, iri: str, tool: str | None, threshold: int,
     if size <= threshold:
         return RoutedResult(output, False, "verbatim")
     parsed = _parse_json(output)
-    kind = "json" if parsed is not None else classify(output, tool)
+    kind = "json" if parsed is not None else _kind(output, tool)
     lines = output.splitlines()
     header = (f"[{kind} result archived as {iri}: {size} bytes, {len(lines)} lines. "
               f"Read it with read_result(iri, offset, limit) or grep_result(iri, pattern).]")
@@ -121,10 +121,14 @@ def route_call(call: ToolCall, *, iri: str, cap: int) -> tuple[ToolCall, int | N
 
 
 def classify(output: str, tool: str | None) -> str:
+    """The kind of summary ``output`` gets: json, search, file, shell or text."""
+    return "json" if _parse_json(output) is not None else _kind(output, tool)
+
+
+def _kind(output: str, tool: str | None) -> str:
+    """The kind of an output that is not JSON."""
     name = (tool or "").lower()
     stripped = output.lstrip()
-    if _parse_json(output) is not None:
-        return "json"
     lines = output.splitlines()[:200]
     if name in SEARCH_TOOLS or _share(lines, _GREP_LINE) > 0.5:
         return "search"
@@ -209,7 +213,9 @@ def _json(data: Any, focus: frozenset[str]) -> list[str]:
 
 
 MAX_RECORDS = 2000  # records a JSON summary considers
-_ID_KEY = re.compile(r"(^|_)(id|ids|key|number|code|name|email|path|url|status)$", re.I)
+# keys that hold identifiers: snake_case (``order_id``) or camelCase (``orderId``) endings
+_ID_KEY = re.compile(r"(?i:(^|_)(id|ids|key|number|code|name|email|path|url|status))$"
+                     r"|[a-z0-9](Id|Ids|ID|Key|Number|Code|Name|Email|Path|Url|URL|Status)$")
 
 
 def _records(data: Any, path: str, depth: int) -> Iterator[str]:
@@ -234,11 +240,12 @@ def _records(data: Any, path: str, depth: int) -> Iterator[str]:
             continue
         fields: list[tuple[str, Any]] = []
         later: list[tuple[Any, str, int]] = []
-        for key, item in value.items():
-            if isinstance(item, dict) and level < 6 and all(
+        for raw, item in value.items():
+            key = " ".join(str(raw).split())  # a key's newlines must not make preview lines
+            if isinstance(item, dict) and item and level < 6 and all(
                     not isinstance(x, (dict, list)) for x in item.values()):
-                fields += [(f"{key}.{k}", v) for k, v in item.items()]
-            elif isinstance(item, (dict, list)) and not (
+                fields += [(f"{key}.{' '.join(str(k).split())}", v) for k, v in item.items()]
+            elif isinstance(item, (dict, list)) and item and not (
                     isinstance(item, list) and all(not isinstance(x, (dict, list))
                                                    for x in item)):
                 later.append((item, f"{where}.{key}" if where else str(key), level + 1))
@@ -328,7 +335,8 @@ def _shape(data: Any, depth: int) -> str:
     if isinstance(data, dict):
         if depth >= 3:
             return f"{{…{len(data)} keys}}"
-        inner = ", ".join(f"{k}: {_shape(v, depth + 1)}" for k, v in list(data.items())[:12])
+        inner = ", ".join(f"{' '.join(str(k).split())}: {_shape(v, depth + 1)}"
+                          for k, v in list(data.items())[:12])
         more = f", …{len(data) - 12} more" if len(data) > 12 else ""
         return "{" + inner + more + "}"
     if isinstance(data, list):

@@ -183,11 +183,11 @@ def test_a_repeated_read_of_a_result_the_prompt_lacks_whole_is_a_reread(ws: Path
 
 def test_compaction_that_cannot_keep_up_stops_the_session_before_the_next_call(
         ws: Path) -> None:
-    # a window far smaller than what each turn adds: every call compacts, and what is left
-    # (the prefix and the newest messages) is over the high-water mark every time
+    # a batch far smaller than what each turn adds: every call compacts, and what is left (the
+    # prefix and the newest messages) is over the window's high-water mark every time
     tiny = Settings().context.model_copy(update={"window": WindowSettings(
-        target_tokens=200, max_tokens=12_000, keep_recent=2, whole_below=0.0)})
-    writes = [call("write_file", path=f"f{i}.txt", content=f"part {i} " * 150)
+        target_tokens=200, max_tokens=6_000, keep_recent=2, whole_below=0.0)})
+    writes = [call("write_file", path=f"f{i}.txt", content=f"part {i} " * 1500)
               for i in range(8)]
 
     result, env = run(ws, writes, context=tiny, max_turns=10)
@@ -202,9 +202,11 @@ def test_compaction_that_cannot_keep_up_stops_the_session_before_the_next_call(
 
 
 def test_the_default_window_does_not_stall_on_an_ordinary_session(ws: Path) -> None:
-    writes = [call("write_file", path=f"f{i}.txt", content=f"part {i} " * 150)
-              for i in range(6)] + [call("finish", summary="wrote")]
+    # long calls every turn: the default window compacts every few calls, and that is no stall
+    writes = [call("write_file", path=f"f{i}.txt", content=f"part {i} " * 1200)
+              for i in range(12)] + [call("finish", summary="wrote")]
 
-    result, env = run(ws, writes, max_turns=10)
+    result, env = run(ws, writes, max_turns=14)
 
     assert result.status == "finished" and guard_events(env) == []
+    assert result.compactions >= 3

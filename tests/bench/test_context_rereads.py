@@ -56,4 +56,7 @@ def test_the_report_has_them_per_strategy_and_per_trajectory(tmp_path: Path) -> 
         assert entry["by_source"]["test"]["post_compaction_rereads"] == entry[
             "post_compaction_rereads"]
     assert out["strategies"]["naive"]["post_compaction_rereads"] == 0
-    assert out["strategies"]["gliding"]["fact_recall"] >= 0  # the old keys stay
+    assert out["strategies"]["obs_mask"]["post_compaction_rereads"] == 0  # keeps 10 results
+    for key in ("fact_recall", "total_prompt_tokens", "cached_cost", "recoverability"):
+        assert key in out["strategies"]["gliding"]  # the old keys stay
+        assert key in out["strategies"]["gliding"]["by_source"]["test"]

@@ -598,3 +598,28 @@ def test_a_routed_result_keeps_the_records_the_latest_call_asked_about() -> None
     assert shown.content.startswith("[json result archived as")
     assert "order_id=#W0000150, user_id=user_150, total=5150" in shown.content
     assert "mia_li_3668" in engine.focus() and "make tests/test_app.py pass" in engine.focus()
+
+
+def test_the_schemas_tool_search_loaded_stay_whole_in_every_prompt_after_compactions() -> None:
+    """Tools loaded on demand stay callable: the load answer leaves the live messages at a
+    compaction but not the prompt (it is never routed, cut or summarised)."""
+    engine = ContextEngine(small(), COUNTER, PREFIX)
+    schema = json.dumps({"description": "Read a text file.", "name": "filesystem__read_file",
+                         "parameters": {"type": "object", "properties": {"path": {}}}})
+    answer = f"loaded mcp_fs: filesystem__read_file\nCall them with call_tool(name, arguments). " \
+             f"Their schemas:\n{schema}"
+    engine.add(Message("assistant", "", (ToolCall("t", "tool_search", {"group": "mcp_fs"}),)),
+               iri=str(turn_iri(JOB, "DA", 1)))
+    engine.add(Message("tool", answer, (), "t", "tool_search"), iri=str(result_iri(JOB, "t1")),
+               tool="tool_search")
+    prompts = []
+    for n in range(2, 30):
+        engine.add(Message("assistant", words(60, n), (ToolCall(f"c{n}", "bash", {"n": n}),)),
+                   iri=str(turn_iri(JOB, "DA", n)))
+        engine.add(Message("tool", words(200, 100 + n), (), f"c{n}", "bash"),
+                   iri=str(result_iri(JOB, f"r{n}")), tool="bash")
+        prompts.append(engine.prompt())
+
+    assert engine.stats.compactions >= 3 and engine.stats.major_compactions >= 1
+    assert all(answer in "\n".join(m.content for m in p) for p in prompts)
+    assert not any(x.tool == "tool_search" for x in engine.live)  # it left the live messages

@@ -345,6 +345,30 @@ def test_json_under_the_tools_own_first_line_is_summarised_as_json() -> None:
     assert lines[3] == "[157]: order_id=#W0000157, total=177"  # after the shape: the focus
 
 
+def test_json_records_keep_empty_objects_and_camel_case_ids_and_never_forge_lines() -> None:
+    rows = [{"note": "n", "orderId": f"o{n}", "errors": {}, "bad\n[json result archived": n}
+            for n in range(100)]
+
+    text = route(json.dumps(rows), "api").text
+
+    assert "[0]: orderId=o0, note=n, errors={}, bad [json result archived=0" in text
+    assert not any(x.startswith("[json result archived") for x in text.splitlines()[1:])
+
+
+def test_a_short_first_line_before_text_that_is_not_json_is_text() -> None:
+    assert route("total: 3 rows\n" + "{not json " * 300).kind == "text"
+    assert route(json.dumps("a long string " * 300)).kind == "text"  # a JSON scalar: text
+
+
+def test_json_records_are_bounded() -> None:
+    rows = [{"k": n} for n in range(50_000)]
+
+    with deadline(seconds=5.0):
+        routed = route(json.dumps(rows), "api", focus=frozenset({"49999"}))
+
+    assert routed.kind == "json" and "[49999]" not in routed.text  # past the 2,000 records
+
+
 def test_the_focus_is_found_inside_one_long_line() -> None:
     words = " ".join(f"word{n} value{n}" for n in range(3000))  # 40 KB on one line
     output = words.replace("word1500 value1500",
