@@ -155,6 +155,32 @@ def test_the_runtime_hands_each_role_its_briefing(tmp_path: Path) -> None:
     assert "write HELLO.txt" in systems["CA"][0] and "Step <" in systems["AA"][0]
 
 
+def test_ca_is_briefed_with_each_plan_step_done_once_da_finished_the_plan(
+        tmp_path: Path) -> None:
+    """One DA session works the whole plan (the explicit pipeline): its finishing turn marks
+    every step of the newest plan done, and CA's briefing shows it (before, the steps said
+    ``status=todo`` after DA had finished them)."""
+    (tmp_path / "task.yaml").write_text(TASK)
+    llm = ScriptedLLM({
+        "PA": [call("finish", steps=["write hello.txt", "write HELLO.txt"])],
+        "DA": [call("write_file", path="hello.txt", content="Hello"),
+               call("write_file", path="HELLO.txt", content="HELLO"),
+               call("finish", summary="both written")],
+        "CA": [call("run_checks"), call("finish", notes="ok")],
+        "AA": [call("finish", decision="done", report="ok")],
+    })
+    settings = load_settings(overrides={"data_dir": str(tmp_path / "data")}, env={})
+    handle = anyio.run(lambda: run_job(load_task(tmp_path / "task.yaml"), settings, llm=llm))
+    assert handle.report.outcome == "success"
+
+    ca = next(r for r in llm.requests if r.meta["role"] == "CA").messages[0].content
+    steps = [x for x in ca.splitlines() if x.startswith("Step <")]
+    assert len(steps) == 2
+    job = handle.report.job
+    for line in steps:
+        assert "status=done" in line and f"doneBy=gliding://job/{job}/turn/DA/3" in line
+
+
 def test_a_new_node_of_a_framed_type_invalidates_an_empty_view() -> None:
     board = OxigraphBlackboard.in_memory()
     graph = "gliding://job/j"

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -257,7 +258,9 @@ class Ingestor:
 
     async def turn(self, role: str, n: int, iri: str, summary: str) -> str:
         """The Turn node of one LLM turn, at its L0 IRI; a step session's turn is also
-        recorded on its step (``doneBy``, ``status``)."""
+        recorded on its step (``doneBy``, ``status``), and the finishing turn of a DA that
+        worked the whole plan (one session, not a step's) marks every step of the newest
+        plan done: the briefings of CA and AA show where the plan stands."""
         self._own(iri)
         parts = parse_iri(iri).parts
         session = parse_step_session(parts[0]) if parts else None
@@ -268,7 +271,23 @@ class Ingestor:
                         "partOf": self.job_iri})
         if session is not None:
             await self._step_turn(session[1], session[2], iri, summary)
+        elif role == "DA" and _finished(summary):
+            await self._plan_done(iri)
         return out
+
+    async def _plan_done(self, iri: str) -> None:
+        """Every step of the newest plan that is not done yet: done by the turn ``iri``."""
+        cycles = {int(m.group(1)) for s in self._steps
+                  if (m := re.match(re.escape(f"{self.job_iri}/plan/") + r"(\d+)/step/", s))}
+        if not cycles:
+            return  # no plan reached the board
+        newest = f"{self.job_iri}/plan/{max(cycles)}/step/"
+        for step_iri, node in list(self._steps.items()):
+            if step_iri.startswith(newest) and node.get("status") != "done":
+                done_by = list(dict.fromkeys([*node.get("doneBy", ()), iri]))
+                node = {**node, "doneBy": done_by, "status": "done"}
+                await self.put(node)
+                self._steps[step_iri] = node
 
     async def _step_turn(self, cycle: int, step: str, iri: str, summary: str) -> None:
         step_iri = _step_iri(f"{self.job_iri}/plan/{cycle}", step)
@@ -276,8 +295,7 @@ class Ingestor:
         if node is None:  # the plan never reached the board: nothing to record it on
             log.debug("blackboard.step.unknown", job=self.job, step=step_iri)
             return
-        finished = summary.startswith("finish(") and summary.endswith("→ finished")
-        status = "done" if finished or node.get("status") == "done" else "doing"
+        status = "done" if _finished(summary) or node.get("status") == "done" else "doing"
         done_by = [*node.get("doneBy", ()), iri]
         node = {**node, "doneBy": list(dict.fromkeys(done_by)), "status": status}
         await self.put(node)
@@ -349,6 +367,11 @@ class Ingestor:
     def _own(self, iri: str) -> None:
         if not isinstance(iri, str) or not iri.startswith(self.job_iri + "/"):
             raise VocabularyError(f"{iri!r} is not an IRI of job {self.job}")
+
+
+def _finished(summary: str) -> bool:
+    """Whether a turn's summary says the role finished (``finish(...) → finished``)."""
+    return summary.startswith("finish(") and summary.endswith("→ finished")
 
 
 def _step_iri(plan_iri: str, step: str) -> str:
