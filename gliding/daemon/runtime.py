@@ -43,6 +43,7 @@ from gliding.errors import GlidingError
 from gliding.memory.board.blackboard import Blackboard
 from gliding.memory.board.projection import Projector
 from gliding.memory.recall.access import MemoryAccess
+from gliding.memory.recall.access_log import ACCESS_FILE, AccessLog
 from gliding.memory.recall.knowledge import KnowledgeMemory
 from gliding.memory.recall.vector_cache import CACHE_FILE, CachedEmbedder
 from gliding.memory.recall.vectors import Embedder, VectorIndex, load_embedder
@@ -223,12 +224,19 @@ def open_knowledge(board: Blackboard, settings: Settings,
                 from gliding.memory.backends.qdrant_vectors import open_qdrant_index
 
                 return open_qdrant_index(vectors.url, collection=vectors.collection, dim=dim)
+    try:
+        access_log: AccessLog | None = AccessLog(settings.data_dir / ACCESS_FILE)
+    except GlidingError as exc:  # a ranking hint: recall works without it, counting in memory
+        log.warning("recall.access.unavailable", error=exc.message)
+        access_log = None
     knowledge = KnowledgeMemory(board, count, embedder_factory=embedder_factory,
-                                vector_index_factory=vector_index_factory)
+                                vector_index_factory=vector_index_factory,
+                                access_log=access_log)
     try:
         loaded = knowledge.load()
+        used = knowledge.restore_access()
     except GlidingError as exc:
         log.warning("knowledge.load.failed", error=exc.message)
     else:
-        log.debug("knowledge.loaded", items=loaded)
+        log.debug("knowledge.loaded", items=loaded, with_use_counts=used)
     return knowledge

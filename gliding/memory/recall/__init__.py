@@ -7,6 +7,7 @@
     packing.py        memory items packed into a prompt within a token budget
     knowledge.py      KnowledgeMemory: the blackboard joined to recall (every node indexed)
     access.py         KnowledgeAccess: recall, kg_search and knowledge_query as tools use them
+    access_log.py     recall's use counts on disk (<data_dir>/recall_access.sqlite3)
 
 This file imports nothing.
 """

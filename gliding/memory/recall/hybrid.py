@@ -319,6 +319,16 @@ class HybridRecall:
     def index_text(item: MemoryItem) -> str:
         return f"{item.speaker}: {item.text}" if item.speaker else item.text
 
+    def restore_access(self, stats: Mapping[str, tuple[int, float]]) -> int:
+        """Take up recorded ``(count, last)`` of items (``access_log``); unknown ids are left
+        out. Returns how many were taken up."""
+        taken = 0
+        for item_id, (count, last) in stats.items():
+            if item_id in self._row and count > 0:
+                self._access[item_id] = _Access(count, last)
+                taken += 1
+        return taken
+
     def touch(self, ids: Iterable[str], now: float) -> None:
         """Record that ``ids`` were used at ``now`` (seconds); unknown ids are ignored."""
         for item_id in ids:

@@ -48,6 +48,7 @@ from gliding.memory.board.blackboard import (
 )
 from gliding.memory.board.search import Hit
 from gliding.memory.board.vocabulary import NS
+from gliding.memory.recall.access_log import AccessLog
 from gliding.memory.recall.hybrid import Count, HybridRecall, MemoryItem, Packed, RecallSettings
 from gliding.memory.recall.vectors import Embedder, VectorIndex
 
@@ -107,8 +108,9 @@ class KnowledgeMemory:
                  vector_index: VectorIndex | None = None,
                  vector_index_factory: Callable[[int], VectorIndex | None] | None = None,
                  settings: RecallSettings | None = None, batch_size: int = 64,
-                 graph: str | None = None) -> None:
+                 graph: str | None = None, access_log: AccessLog | None = None) -> None:
         self.board = board
+        self.access_log = access_log  # where recall's use counts persist (None: in memory)
         self.graph = graph
         self.batch_size = batch_size
         self.index = HybridRecall(count=count, embedder=embedder,
@@ -129,9 +131,12 @@ class KnowledgeMemory:
         return len(self.index) + len(self._pending)
 
     def close(self) -> None:
-        """Release the embedding cache and a vector server's client (the blackboard is the
-        caller's); what is waiting stays unindexed, the blackboard has it all."""
+        """Release the embedding cache, a vector server's client and the access log (the
+        blackboard is the caller's); what is waiting stays unindexed, the blackboard has it
+        all."""
         with self._lock:
+            if self.access_log is not None:
+                self.access_log.close()
             for part in (self.index.embedder, self.index.vectors):
                 closer = getattr(part, "close", None)
                 if callable(closer):
@@ -288,7 +293,21 @@ class KnowledgeMemory:
         packed = self.index.recall(query, budget, now=when)
         if touch and when is not None:
             self.index.touch(packed.ids, when)
+            if self.access_log is not None:
+                try:
+                    self.access_log.record(packed.ids, when)
+                except GlidingError as exc:  # a ranking hint: the recall still answers
+                    log.warning("recall.access.unrecorded", error=exc.message)
         return packed
+
+    @_locked
+    def restore_access(self) -> int:
+        """Take up the use counts the access log kept (a restarted daemon ranks as the one
+        before did); returns how many items had some. Call it after ``load``."""
+        if self.access_log is None:
+            return 0
+        self.flush()
+        return self.index.restore_access(self.access_log.load())
 
     @_locked
     def brief(self, query: str, budget: int, *, exclude_graphs: Iterable[str] = (),
