@@ -31,6 +31,29 @@ if TYPE_CHECKING:
 COMMANDS = (service_commands, memory_commands, bench_commands)  # imported for their commands
 
 
+def refuse_beside_a_daemon(data_dir: Path, task: Path) -> None:
+    """A daemon serving ``data_dir`` holds its blackboard and queue: a job run beside it would
+    have no blackboard (no briefings, no memory of earlier jobs) and race the daemon's jobs.
+
+    Raises:
+        UsageError: a daemon serves ``data_dir``; the hint says how to submit the job to it.
+    """
+    from gliding.cli.client import DaemonClient
+    from gliding.daemon.queue import read_info
+    from gliding.errors import UsageError
+
+    client = DaemonClient.find(data_dir)
+    if client is None:
+        return
+    client.close()
+    pid = (read_info(data_dir) or {}).get("pid")
+    raise UsageError(
+        f"a daemon serves {data_dir}" + (f" (pid {pid})" if pid else "") + ": a job run beside "
+        "it would have no blackboard (the daemon holds it)",
+        hint=f"submit it to that daemon: gliding submit {task} --wait --data-dir {data_dir} "
+             "(the same report and exit code), or run with another --data-dir")
+
+
 @app.command()
 def run(
     task: Path = typer.Argument(..., help="The task file (task.yaml)."),
@@ -51,6 +74,7 @@ def run(
 
     settings = settings_of(data_dir_of(data_dir))
     spec = load_task(task)
+    refuse_beside_a_daemon(settings.data_dir, task)
     show = progress(quiet)
     with private_files(settings.data_dir):
         handle = anyio.run(lambda: run_job(spec, settings, model=model, on_event=show))

@@ -93,3 +93,35 @@ def test_server_sent_events_are_parsed_with_pings_and_the_dropped_marker() -> No
              "", "event: dropped", 'data: {"event": "stream.dropped", "after": 1}', ""]
     assert list(_sse(iter(lines))) == [{"seq": 1, "event": "job.queued"},
                                        {"event": "dropped", "after": 1}]
+
+
+def test_run_beside_a_daemon_on_its_data_dir_says_to_submit_to_it(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from gliding.testing.servers import stop_process
+
+    (tmp_path / "task.yaml").write_text("goal: x\npipeline: [DA]\n")
+    gliding = Path(sys.executable).with_name("gliding")
+    env = {**os.environ, "GLIDING_MEMORY__VECTORS__ENABLED": "false"}
+    daemon = subprocess.Popen([str(gliding), "daemon", "--data-dir", "data", "--port", "0"],
+                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "data" / "daemon.json").exists():
+            assert daemon.poll() is None and time.monotonic() < deadline, "no daemon"
+            time.sleep(0.1)
+
+        result = invoke(["run", "task.yaml", "--data-dir", "data"], cwd=tmp_path)
+    finally:
+        stop_process(daemon)
+
+    assert result.code == 2, result.stderr
+    assert f"a daemon serves {tmp_path / 'data'}" in result.stderr
+    assert "gliding submit task.yaml --wait --data-dir" in result.stderr
+    assert "Traceback" not in result.stderr
+    jobs = tmp_path / "data" / "jobs"
+    assert not jobs.exists() or not any(jobs.iterdir())  # nothing ran beside it
