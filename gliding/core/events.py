@@ -110,7 +110,7 @@ class Turn(Event):
 class GuardTripped(Event):
     """A guard of the agent loop stopped a session; the job ends with ``reason`` as its
     outcome (``loop_detected``: the same tool call too often in a row; ``compaction_stalled``:
-    compaction cannot keep the prompt under its high-water mark)."""
+    compaction cannot keep the prompt under the window's high-water mark)."""
 
     name: ClassVar[str] = "guard.tripped"
     role: str
@@ -118,6 +118,18 @@ class GuardTripped(Event):
     turn: int
     reason: str  # loop_detected or compaction_stalled
     detail: str  # what tripped it, one line
+
+
+@dataclass(frozen=True)
+class MemoryWithheld(Event):
+    """A worker runs an assignment without the knowledge tools (``kg_search``,
+    ``knowledge_query``, ``recall`` of earlier jobs): it cannot reach the job's blackboard, and
+    its own store would answer every query with nothing."""
+
+    name: ClassVar[str] = "memory.withheld"
+    role: str
+    worker: str
+    reason: str  # one line: why, and what would give the tools back
 
 
 @dataclass(frozen=True)
@@ -222,9 +234,9 @@ class StreamDropped(Event):
 
 EVENTS: dict[str, type[Event]] = {cls.name: cls for cls in (
     JobStarted, PlanNotes, CheckReport, JobFinished, RoleStarted, RoleFinished, Turn,
-    GuardTripped, LLMRetry, LLMFallback, JobSandbox, ToolchainRefused, WorkspaceChanged,
-    MCPServerUnavailable, WorkLapsed, JobQueued, JobDispatched, JobCancelled, JobStopped,
-    JobSuspended, StreamDropped)}
+    GuardTripped, MemoryWithheld, LLMRetry, LLMFallback, JobSandbox, ToolchainRefused,
+    WorkspaceChanged, MCPServerUnavailable, WorkLapsed, JobQueued, JobDispatched, JobCancelled,
+    JobStopped, JobSuspended, StreamDropped)}
 """Every event, by name."""
 
 

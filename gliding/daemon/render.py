@@ -84,6 +84,8 @@ def _progress_line(event: JobEvent) -> str | None:
                 f"{cost.text(free=d.get('cost_free'))}")
     if event.event == events.GuardTripped.name:
         return f"[{d['session']} turn {d['turn']}] stopped, {d['reason']}: {d['detail']}"
+    if event.event == events.MemoryWithheld.name:
+        return f"[{d['role']}] on worker {d['worker']} without the knowledge tools: {d['reason']}"
     if event.event == events.RoleFinished.name:
         replayed = f", {d['replayed']} replayed from the archive" if d.get("replayed") else ""
         return f"[{d['role']}] {d['status']} after {d['turns']} turn(s){replayed}"

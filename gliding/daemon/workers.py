@@ -30,7 +30,7 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -39,16 +39,17 @@ from typing import Any
 import anyio
 import structlog
 
-from gliding.agents.roles import load_roles
+from gliding.agents.roles import RoleSpec, load_roles
 from gliding.agents.worker import AgentWorker, JobAgents, failed_answer
 from gliding.bus import topics
 from gliding.bus.auth import NAME_CHARS, digest, read_key_file
-from gliding.bus.messages import Assignment, Claim, GrantMsg, Heartbeat, WorkItem
+from gliding.bus.messages import Assignment, Claim, GrantMsg, Heartbeat, JobEvent, WorkItem
 from gliding.bus.port import Bus
 from gliding.bus.replies import Replies
 from gliding.config.roles import role_list, role_names
 from gliding.config.settings import Settings
 from gliding.config.task import Task, task_from_record
+from gliding.core import events
 from gliding.core.clock import SystemClock
 from gliding.daemon import compose, models, parts
 from gliding.daemon.board import worker_views
@@ -270,6 +271,9 @@ class WorkerService:
         async with AsyncExitStack() as stack:
             port, job_dir = await self._archive(stack, item)
             base = await anyio.to_thread.run_sync(load_roles)
+            if settings.memory.blackboard.url is None:  # no store of this host is the job's
+                rt = dataclasses.replace(rt, knowledge=None)
+                await self._withhold_memory(a, base)
             budget, checks, _mcp, roles, tools = await parts.agent_parts(
                 job, task, settings, base, port, rt, clock)
             sandbox = await compose.job_sandbox(job, task, settings, None)
@@ -291,6 +295,23 @@ class WorkerService:
                             budget=budget, bus=self.bus, clock=clock, settings=settings,
                             counter=rt.counter, briefing=briefing, began_dir=began,
                             sandbox=sandbox, board=board)
+
+    async def _withhold_memory(self, a: Assignment, roles: Mapping[str, RoleSpec]) -> None:
+        """Without a shared blackboard endpoint the knowledge tools would query this worker's
+        own store, which knows nothing of the job: they are withheld, and the job's events say
+        so (never a silent empty memory)."""
+        spec = roles.get(a.role)
+        if spec is None or not {"knowledge", "memory"} & set(spec.tool_groups):
+            return
+        reason = ("no shared blackboard endpoint (memory.blackboard.url): this worker's own "
+                  "store would answer every query with nothing; give it the endpoint the job "
+                  "uses to get kg_search, knowledge_query and recall of earlier jobs back")
+        log.warning("worker.memory.withheld", job=a.job, role=a.role, worker=self.name)
+        try:
+            await self.bus.publish(topics.events(a.job), JobEvent.of(a.job, events.MemoryWithheld(
+                role=a.role, worker=self.name, reason=reason)))
+        except BusError as exc:
+            log.warning("worker.event.unsent", job=a.job, error=exc.message)
 
     async def _archive(self, stack: AsyncExitStack, item: WorkItem
                        ) -> tuple[ArchivePort, Path]:

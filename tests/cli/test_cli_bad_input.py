@@ -41,7 +41,7 @@ REPLIES = ("DA:\n  - write_file: {path: hello.txt, content: hi}\n"
            "  - finish: {summary: wrote hello.txt}\n")
 EVENTS = ("job.started", "job.sandbox", "job.toolchain.refused", "job.workspace_changed",
           "role.started", "turn", "role.finished", "check.report", "llm.retry", "llm.fallback",
-          "guard.tripped")
+          "guard.tripped", "memory.withheld")
 
 
 def _fail_deep(depth: int) -> None:

@@ -105,6 +105,11 @@ def test_a_job_runs_on_workers(tmp_path: Path, broker: Mosquitto,
     assert sum(s.finished for s in services) == 4  # PA, DA, CA, AA: each answered once
     started = [e for e in events if e.event == "role.started"]
     assert [e.data["role"] for e in started] == ["PA", "DA", "CA", "AA"]
+    # no worker has the job's blackboard (no memory.blackboard.url): the knowledge tools are
+    # withheld and the job's events say so, never a silent empty memory
+    withheld = [e for e in events if e.event == "memory.withheld"]
+    assert {e.data["role"] for e in withheld} >= {"PA", "DA", "CA"}
+    assert all("memory.blackboard.url" in e.data["reason"] for e in withheld)
     with Archive.open(tmp_path / "data", report.job, create=False) as archive:
         items = archive.list()
         turns = [i.iri for i in items if i.kind == "turn"]
