@@ -16,7 +16,14 @@ Methods, all packed by the same greedy packer into the same line format:
 - ``gliding``: ``HybridRecall`` with its defaults (fusion, entities, time, speaker,
   importance, neighbouring turns).
 
-Output: ``questions``; ``methods`` → name → budget → ``recall`` and ``by_category``;
+Beside evidence recall, *session-level recall@10* (the measure MemPalace publishes for LoCoMo):
+each method's ranking of the turns (the whole ranking, no budget; ``gliding``'s is the one its
+``recall`` packs) is read down until 10 distinct sessions have appeared, and a question scores
+|gold sessions among them| / |gold sessions| (a gold id ``D<n>:<m>`` is in session ``n``).
+
+Output: ``questions``; ``category_questions`` → category → how many questions (n);
+``methods`` → name → budget → ``recall`` and ``by_category``; ``session_recall_at_10`` →
+name → ``recall`` and ``by_category``;
 ``retrieval_ms_p50`` / ``retrieval_ms_p99`` of the ``gliding`` method (one ``recall`` call per
 question and budget, query embedding included); ``ingest_turns_per_s`` (BM25 + embeddings,
 model load excluded and reported as ``model_load_s``).
@@ -75,6 +82,22 @@ def gold_ids(evidence: object) -> set[str]:
     return out
 
 
+SESSIONS_AT = 10  # session-level recall@k: k
+
+
+def top_sessions(rows: list[int], items: Any, label_of: dict[str, str], k: int) -> set[str]:
+    """The first ``k`` distinct sessions (``D<n>``) down a ranking of item rows."""
+    out: list[str] = []
+    for row in rows:
+        label = normalised_id(label_of.get(items[row].id, items[row].id))
+        session = label.split(":")[0]
+        if session not in out:
+            out.append(session)
+            if len(out) == k:
+                break
+    return set(out)
+
+
 def normalised_id(item_id: str) -> str:
     match = DIA_ID.fullmatch(item_id)
     return f"D{int(match.group(1))}:{int(match.group(2))}" if match else item_id
@@ -122,6 +145,7 @@ def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[i
     methods = [m for m in METHODS if m != "vector" or model is not None]
 
     hits: dict[str, dict[int, list[float]]] = {m: defaultdict(list) for m in methods}
+    sessions: dict[str, dict[str, list[float]]] = {m: defaultdict(list) for m in methods}
     by_cat: dict[str, dict[int, dict[str, list[float]]]] = {
         m: defaultdict(lambda: defaultdict(list)) for m in methods}
     latencies: list[float] = []
@@ -149,7 +173,7 @@ def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[i
                 label_of = {iri: turn for turn, iri in ingest.turn_iris.items()}
                 before = {m: {b: len(hits[m][b]) for b in budgets} for m in methods}
                 scored = _score_conversation(sample, knowledge, label_of, budgets, methods,
-                                             hits, by_cat, latencies)
+                                             hits, by_cat, latencies, sessions)
                 questions += scored
                 per_conversation.append({
                     "conversation": index, "questions": scored, "turns": turns,
@@ -162,8 +186,11 @@ def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[i
     def mean(values: list[float]) -> float:
         return round(statistics.fmean(values), 4) if values else 0.0
 
+    first = methods[0]
     return {
         "questions": questions,
+        "category_questions": {cat: len(v) for cat, v in
+                               sorted(by_cat[first][budgets[0]].items())},
         "conversations": conversations,
         "turns": ingest_turns,
         "methods": {
@@ -175,6 +202,10 @@ def run_memory_bench(path: str | Path, conversations: list[int], budgets: list[i
                 } for budget in budgets
             } for method in methods
         },
+        "session_recall_at_10": {
+            method: {"recall": mean([x for v in sessions[method].values() for x in v]),
+                     "by_category": {cat: mean(v) for cat, v in sorted(sessions[method].items())}}
+            for method in methods},
         "per_conversation": per_conversation,
         "vector_available": model is not None,
         "retrieval_ms_p50": round(percentile(latencies, 50), 2),
@@ -189,7 +220,8 @@ def _score_conversation(sample: dict[str, Any], knowledge: KnowledgeMemory,
                         label_of: dict[str, str], budgets: list[int], methods: list[str],
                         hits: dict[str, dict[int, list[float]]],
                         by_cat: dict[str, dict[int, dict[str, list[float]]]],
-                        latencies: list[float]) -> int:
+                        latencies: list[float], sessions: dict[str, dict[str, list[float]]]
+                        ) -> int:
     """Score every method on one ingested conversation's questions; returns how many."""
     memory = knowledge.index
     recency = memory.recency()
@@ -206,6 +238,11 @@ def _score_conversation(sample: dict[str, Any], knowledge: KnowledgeMemory,
         vector = memory.vector_scores(question)
         if vector is not None:
             rankings["vector"] = [int(i) for i in np.argsort(-vector, kind="stable")]
+        rankings["gliding"] = memory.rank(memory.scores(question))  # what its recall packs
+        gold_sessions = {g.split(":")[0] for g in gold}
+        for method in methods:
+            top = top_sessions(rankings[method], memory.items, label_of, SESSIONS_AT)
+            sessions[method][category].append(len(gold_sessions & top) / len(gold_sessions))
         for budget in budgets:
             for method in methods:
                 if method == "gliding":

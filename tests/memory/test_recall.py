@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gliding.bench.memory import gold_ids, parse_range, run_memory_bench
+from gliding.bench.memory import gold_ids, parse_range, run_memory_bench, top_sessions
 from gliding.context.tokens import TokenCounter
 from gliding.core.dates import parse_date as parse_session_date
 from gliding.errors import UsageError
@@ -242,6 +242,10 @@ def test_run_memory_bench_end_to_end(tmp_path: Path) -> None:
         "recall"]
     assert result["retrieval_ms_p99"] >= result["retrieval_ms_p50"] > 0
     assert result["ingest_turns_per_s"] > 0
+    assert result["category_questions"] == {"1": 1, "2": 1, "4": 1}  # n per category
+    # two sessions only: every method's top 10 sessions hold them all
+    for name, at10 in result["session_recall_at_10"].items():
+        assert at10["recall"] == 1.0 and set(at10["by_category"]) == {"1", "2", "4"}, name
 
 
 def test_run_memory_bench_without_vectors_and_bad_input(tmp_path: Path) -> None:
@@ -253,3 +257,14 @@ def test_run_memory_bench_without_vectors_and_bad_input(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{", encoding="utf-8")
     with pytest.raises(UsageError):
         run_memory_bench(tmp_path / "bad.json", [0], [64], embedder=False)
+
+
+def test_session_recall_reads_a_ranking_down_to_k_distinct_sessions() -> None:
+    from types import SimpleNamespace
+
+    items = [SimpleNamespace(id=f"t{n}") for n in range(6)]
+    label_of = {"t0": "D1:1", "t1": "D1:2", "t2": "D3:1", "t3": "D2:5", "t4": "D4:1",
+                "t5": "D2:1"}
+
+    assert top_sessions([0, 1, 2, 3, 4], items, label_of, 2) == {"D1", "D3"}  # D1 counted once
+    assert top_sessions([5, 0], items, label_of, 10) == {"D2", "D1"}  # fewer than k: all
