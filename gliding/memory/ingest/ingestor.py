@@ -272,11 +272,12 @@ class Ingestor:
         if session is not None:
             await self._step_turn(session[1], session[2], iri, summary)
         elif role == "DA" and _finished(summary):
-            await self._plan_done(iri)
+            await self._plan_done()
         return out
 
-    async def _plan_done(self, iri: str) -> None:
-        """Every step of the newest plan that is not done yet: done by the turn ``iri``."""
+    async def _plan_done(self) -> None:
+        """Every step of the newest plan that is not done yet: done. (No ``doneBy``: the whole
+        plan's session did each, and the step's line in a briefing stays short.)"""
         cycles = {int(m.group(1)) for s in self._steps
                   if (m := re.match(re.escape(f"{self.job_iri}/plan/") + r"(\d+)/step/", s))}
         if not cycles:
@@ -284,8 +285,7 @@ class Ingestor:
         newest = f"{self.job_iri}/plan/{max(cycles)}/step/"
         for step_iri, node in list(self._steps.items()):
             if step_iri.startswith(newest) and node.get("status") != "done":
-                done_by = list(dict.fromkeys([*node.get("doneBy", ()), iri]))
-                node = {**node, "doneBy": done_by, "status": "done"}
+                node = {**node, "status": "done"}
                 await self.put(node)
                 self._steps[step_iri] = node
 
