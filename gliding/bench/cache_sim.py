@@ -49,6 +49,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gliding.bench.stats import ratio
+
 ANTHROPIC = "anthropic"
 OPENAI = "openai"
 PROVIDERS = (ANTHROPIC, OPENAI)
@@ -466,11 +468,11 @@ class _Sum:
     def as_dict(self) -> dict[str, Any]:
         return {"calls": self.calls, "errors": self.errors, "below_min_calls": self.below_min,
                 "below_min_tokens": self.below_min_tokens,
-                "hit_rate": _ratio(self.hits, self.calls - self.errors),
+                "hit_rate": ratio(self.hits, self.calls - self.errors),
                 "input_tokens": self.input, "cache_read_tokens": self.read,
                 "cache_write_tokens": self.write, "uncached_tokens": self.uncached,
-                "read_share": _ratio(self.read, self.input),
-                "ceiling_read_share": _ratio(self.reusable, self.input),
+                "read_share": ratio(self.read, self.input),
+                "ceiling_read_share": ratio(self.reusable, self.input),
                 "input_cost_usd": round(self.cost, 6),
                 "input_cost_usd_without_cache": round(self.full_cost, 6)}
 
@@ -496,7 +498,7 @@ class _Group:
         out = {"all": self.all.as_dict(), "steady": self.steady.as_dict(),
                "excluded_from_steady": {
                    "first_calls": self.first, "after_compaction": self.compaction,
-                   "share_of_calls": _ratio(self.all.calls - self.steady.calls, self.all.calls)}}
+                   "share_of_calls": ratio(self.all.calls - self.steady.calls, self.all.calls)}}
         if self.resume.calls:
             out["after_resume"] = self.resume.as_dict()
         return out
@@ -527,7 +529,3 @@ def report(calls: Sequence[Call], outcomes: Sequence[Outcome],
             entry["by_label"] = {k: g.as_dict() for k, g in sorted(labels[provider].items())}
         out[provider] = entry
     return out
-
-
-def _ratio(a: float, b: float) -> float:
-    return round(a / b, 4) if b else 0.0

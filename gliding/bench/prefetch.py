@@ -79,7 +79,16 @@ class Call:
 
 
 @dataclass
-class Gaps:
+class Counts:
+    """Integer counters (a subclass's fields) that add up field by field."""
+
+    def add(self, other: Counts) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass
+class Gaps(Counts):
     """Gap and ranking counts of a set of calls."""
 
     records: int = 0
@@ -104,10 +113,6 @@ class Gaps:
     ws_prompt_tokens: int = 0
     ws_prefix_kept: int = 0
     ws_recency_tokens: int = 0
-
-    def add(self, other: Gaps) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def report(self, budget: int) -> dict[str, Any]:
         g = self.gap_calls
@@ -137,7 +142,7 @@ class Gaps:
 
 
 @dataclass
-class Warming:
+class Warming(Counts):
     """One method's warming counts."""
 
     calls: int = 0
@@ -145,10 +150,6 @@ class Warming:
     warmed: int = 0
     hits: int = 0
     read_back_calls: int = 0
-
-    def add(self, other: Warming) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def report(self) -> dict[str, Any]:
         return {"hit_rate": _share(self.hits, self.needed) or 0.0,

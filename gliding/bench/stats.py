@@ -7,6 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
+def ratio(part: float, whole: float) -> float:
+    """``part / whole`` to 4 places; 0 when ``whole`` is 0."""
+    return round(part / whole, 4) if whole else 0.0
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) with linear interpolation (numpy's default); 0 if empty."""
     if not values:

@@ -42,6 +42,7 @@ import anyio
 
 from gliding.bench.cache import ANTHROPIC_MODEL, anthropic_body
 from gliding.bench.context import exact_counter
+from gliding.bench.stats import ratio
 from gliding.config.settings import MCPServerSettings, Settings
 from gliding.config.task import load_task_text
 from gliding.context.tokens import TokenCounter
@@ -254,10 +255,6 @@ def job_tokens(job: Run, counter: TokenCounter) -> dict[str, int]:
                                                   for r in job.requests)}
 
 
-def _ratio(part: int, whole: int) -> float:
-    return round(part / whole, 4) if whole else 0.0
-
-
 def figures(lazy: Run, full: Run, counter: TokenCounter,
             installed: Mapping[str, str]) -> dict[str, Any]:
     """The result (the module docstring says what each figure is)."""
@@ -273,9 +270,9 @@ def figures(lazy: Run, full: Run, counter: TokenCounter,
             "full": {"tools": len(catalog.tools), **every},
             "without_servers": {"tools": sum(t.name not in META for t in carried.tools),
                                 **without},
-            "ratio": {p: _ratio(on_demand[p], every[p]) for p in PROVIDERS},
+            "ratio": {p: ratio(on_demand[p], every[p]) for p in PROVIDERS},
             "servers_add": {p: on_demand[p] - without[p] for p in PROVIDERS},
-            "servers_add_ratio": {p: _ratio(on_demand[p] - without[p], every[p])
+            "servers_add_ratio": {p: ratio(on_demand[p] - without[p], every[p])
                                   for p in PROVIDERS}}
     catalog = full.first("DA")
     servers: dict[str, Any] = {}
