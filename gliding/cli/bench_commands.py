@@ -20,7 +20,7 @@ from gliding.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from gliding.memory.recall.vectors import Precision
+    from gliding.memory.recall.knowledge import Precision
 
 
 @bench_app.command("context")
@@ -147,7 +147,7 @@ def _precision(text: str) -> Precision:
     from typing import get_args
 
     from gliding.errors import UsageError
-    from gliding.memory.recall.vectors import Precision
+    from gliding.memory.recall.knowledge import Precision
 
     choices = get_args(Precision)
     if text not in choices:

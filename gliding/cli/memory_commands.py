@@ -84,16 +84,30 @@ def memory_search(
     text: str = typer.Argument(..., help="Words to look for."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Where the blackboard is."),
     k: int = typer.Option(10, "--top", "-k", help="How many nodes to show (1 to 1000)."),
+    no_vectors: bool = typer.Option(False, "--no-vectors",
+                                    help="Words and graph only (no embedding model)."),
 ) -> None:
-    """Search the blackboard's nodes (plans, steps, checks, decisions, artifacts) by text."""
+    """Search the blackboard's nodes of every job (facts, results, turns, steps, checks,
+    decisions, artifacts) the way an agent's kg_search does: hybrid recall's scores."""
+    import os
 
-    from gliding.memory.board.search import search_nodes
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from gliding.context.tokens import TokenCounter
+    from gliding.daemon.runtime import open_knowledge
 
-    settings = settings_of(data_dir_of(data_dir))
+    overrides = data_dir_of(data_dir)
+    if no_vectors:
+        overrides["memory.vectors.enabled"] = False
+    settings = settings_of(overrides)
     bounded("--top", k, 1, 1000)
     board = _open_board(data_dir, settings)
     try:
-        hits = search_nodes(board, text, k=k)
+        knowledge = open_knowledge(board, settings,
+                                   TokenCounter(settings.context.tokenizer).count)
+        try:
+            hits = knowledge.search(text, k=k)
+        finally:
+            knowledge.close()
     finally:
         board.close()
     from gliding.core.logs import terminal_safe

@@ -30,12 +30,13 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from gliding.core.identifiers import identifiers
 from gliding.core.messages import ToolCall
+from gliding.core.records import json_records, parse_json_output
 from gliding.core.text import clip
 
 LINE_CHARS = 160  # one line of a summary
@@ -76,7 +77,7 @@ def route_result(output: str, *, iri: str, tool: str | None, threshold: int,
     size = len(output.encode("utf-8"))
     if size <= threshold:
         return RoutedResult(output, False, "verbatim")
-    parsed = _parse_json(output)
+    parsed = parse_json_output(output)
     kind = "json" if parsed is not None else _kind(output, tool)
     lines = output.splitlines()
     header = (f"[{kind} result archived as {iri}: {size} bytes, {len(lines)} lines. "
@@ -122,7 +123,7 @@ def route_call(call: ToolCall, *, iri: str, cap: int) -> tuple[ToolCall, int | N
 
 def classify(output: str, tool: str | None) -> str:
     """The kind of summary ``output`` gets: json, search, file, shell or text."""
-    return "json" if _parse_json(output) is not None else _kind(output, tool)
+    return "json" if parse_json_output(output) is not None else _kind(output, tool)
 
 
 def _kind(output: str, tool: str | None) -> str:
@@ -137,22 +138,6 @@ def _kind(output: str, tool: str | None) -> str:
     if name in SHELL_TOOLS or _EXIT.search(output[:300]):
         return "shell"
     return "text"
-
-
-def _parse_json(output: str) -> tuple[str, Any] | None:
-    """``("", data)`` when the output is JSON; ``(first line, data)`` when the rest of it is (a
-    tool that heads what it read with a line of its own); None otherwise."""
-    stripped = output.lstrip()
-    head = ""
-    if stripped[:1] not in ("[", "{"):
-        first, _, rest = stripped.partition("\n")
-        if len(first) > 300 or rest.lstrip()[:1] not in ("[", "{"):
-            return None
-        head, stripped = first, rest
-    try:
-        return head, json.loads(stripped)
-    except (ValueError, RecursionError):
-        return None
 
 
 # ---- summarisers: (output, lines) -> list of lines, most important first ---------------------
@@ -206,69 +191,10 @@ def _shell(output: str, lines: list[str]) -> list[str]:
 def _json(data: Any, focus: frozenset[str]) -> list[str]:
     """Shape, then records: those that share the most with ``focus`` first, then the rest in
     document order."""
-    rows = list(_records(data, "", 0))
+    rows = list(json_records(data, "", 0))
     ranked = sorted(range(len(rows)), key=lambda i: (-_focus_score(rows[i], focus), i))
     return [clip("shape: " + _shape(data, 0), LINE_CHARS),
             *(clip(rows[i], LINE_CHARS) for i in ranked)]
-
-
-MAX_RECORDS = 2000  # records a JSON summary considers
-# keys that hold identifiers: snake_case (``order_id``) or camelCase (``orderId``) endings
-_ID_KEY = re.compile(r"(?i:(^|_)(id|ids|key|number|code|name|email|path|url|status))$"
-                     r"|[a-z0-9](Id|Ids|ID|Key|Number|Code|Name|Email|Path|Url|URL|Status)$")
-
-
-def _records(data: Any, path: str, depth: int) -> Iterator[str]:
-    """One line per object that has scalar fields: ``path: key=value, …`` with nested objects'
-    scalars as dotted keys; lists of scalars inline; deeper objects and lists as their own
-    records. At most ``MAX_RECORDS``."""
-    count = 0
-    stack: list[tuple[Any, str, int]] = [(data, path, depth)]
-    while stack and count < MAX_RECORDS:
-        value, where, level = stack.pop()
-        if isinstance(value, list):
-            if value and all(not isinstance(x, (dict, list)) for x in value):
-                yield f"{where or '.'}: {_inline(value)}"
-                count += 1
-                continue
-            stack.extend((x, f"{where}[{i}]", level + 1)
-                         for i, x in reversed(list(enumerate(value))))
-            continue
-        if not isinstance(value, dict):
-            yield f"{where or '.'}: {_scalar(value)}"
-            count += 1
-            continue
-        fields: list[tuple[str, Any]] = []
-        later: list[tuple[Any, str, int]] = []
-        for raw, item in value.items():
-            key = " ".join(str(raw).split())  # a key's newlines must not make preview lines
-            if isinstance(item, dict) and item and level < 6 and all(
-                    not isinstance(x, (dict, list)) for x in item.values()):
-                fields += [(f"{key}.{' '.join(str(k).split())}", v) for k, v in item.items()]
-            elif isinstance(item, (dict, list)) and item and not (
-                    isinstance(item, list) and all(not isinstance(x, (dict, list))
-                                                   for x in item)):
-                later.append((item, f"{where}.{key}" if where else str(key), level + 1))
-            else:
-                fields.append((str(key), item))
-        if fields:
-            fields.sort(key=lambda kv: not _ID_KEY.search(kv[0].rsplit(".", 1)[-1]))
-            text = ", ".join(f"{k}={_inline(v) if isinstance(v, list) else _scalar(v)}"
-                             for k, v in fields)
-            yield f"{where}: {text}" if where else text
-            count += 1
-        stack.extend(reversed(later))
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, str):
-        return clip(" ".join(value.split()), 80)
-    return json.dumps(value)
-
-
-def _inline(values: list[Any]) -> str:
-    return "[" + ", ".join(_scalar(x) for x in values[:20]) + (", …" if len(values) > 20
-                                                              else "") + "]"
 
 
 _TERM = re.compile(r"[A-Za-z0-9_./-]{3,}")

@@ -44,9 +44,13 @@ from gliding.memory.board.blackboard import Blackboard
 from gliding.memory.board.projection import Projector
 from gliding.memory.recall.access import MemoryAccess
 from gliding.memory.recall.access_log import ACCESS_FILE, AccessLog
-from gliding.memory.recall.knowledge import KnowledgeMemory
+from gliding.memory.recall.knowledge import (
+    Embedder,
+    KnowledgeMemory,
+    VectorIndex,
+    load_embedder,
+)
 from gliding.memory.recall.vector_cache import CACHE_FILE, CachedEmbedder
-from gliding.memory.recall.vectors import Embedder, VectorIndex, load_embedder
 
 log = structlog.get_logger("gliding.daemon")
 

@@ -21,11 +21,11 @@ from gliding.memory.archive.store import Archive
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.board.blackboard import QueryError
 from gliding.memory.board.nodes import DirectWriter, JobNodeStore
-from gliding.memory.board.search import Hit
 from gliding.memory.board.vocabulary import VocabularyError, to_jsonld
 from gliding.memory.recall.hybrid import MemoryItem, RecallSettings
 from gliding.memory.recall.knowledge import (
     RECALLED_TYPES,
+    Hit,
     KnowledgeMemory,
 )
 from gliding.memory.recall.vectors import ExactVectorIndex

@@ -22,11 +22,10 @@ from gliding.context.tokens import TokenCounter
 from gliding.errors import GlidingError
 from gliding.memory.backends.oxigraph_embedded import OxigraphBlackboard
 from gliding.memory.board.blackboard import QueryTimeout, Ref
-from gliding.memory.board.search import Hit
 from gliding.memory.board.vocabulary import NS
 from gliding.memory.recall import vectors
 from gliding.memory.recall.access import MemoryAccess
-from gliding.memory.recall.knowledge import KnowledgeMemory
+from gliding.memory.recall.knowledge import Hit, KnowledgeMemory
 from gliding.memory.recall.vectors import load_embedder
 from gliding.tools.base import SessionRecall, ToolContext, ToolOutcome, Toolset
 from gliding.tools.groups import job_groups
@@ -165,7 +164,7 @@ async def test_kg_search_without_the_embeddings_extra_ranks_by_words_and_says_so
 @pytest.mark.anyio
 async def test_without_a_blackboard_the_tools_say_they_are_unavailable(tmp_path: Path) -> None:
     j = job(tmp_path, None)  # no long-term memory and no session
-    assert j.tools.names == ("read_result", "grep_result", "recall")  # no knowledge group
+    assert j.tools.names == ("read_result", "grep_result", "recall", "note")  # no knowledge
     for tool, args in (("kg_search", {"query": "x"}), ("knowledge_query", {"sparql": "ASK {}"})):
         out = await j.use(tool, **args)
         assert not out.ok and f"tool {tool!r} is not available to this role" in out.output, out

@@ -6,7 +6,6 @@
     nodes.py        a job's nodes: revisions in L0, state on the board, the one write path
                     (``BoardWriter``; ``DirectWriter`` when coherence is off) and its listeners
     projection.py   L3: per-role SPARQL frames rendered into a compact briefing, cached
-    search.py       BM25 text search over every node's words
 
 This file imports nothing.
 """

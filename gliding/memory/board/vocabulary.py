@@ -94,6 +94,9 @@ PROPERTIES: dict[str, Property] = {
         Property("sessionDate", "string"),
         Property("importance", "number"),
         Property("line", "integer"),
+        Property("lineStart", "integer"),
+        Property("lineEnd", "integer"),
+        Property("source", "string"),
         Property("position", "integer"),
         Property("resolved", "boolean"),
     )

@@ -20,6 +20,11 @@ Nodes written (vocabulary in docs/vocabulary.md; <path> and <name> percent-encod
     Symbol       gliding://job/<job>/symbol/<path>#<name>     name, path, line; partOf the File
                  gliding://job/<job>/symbol/<name>            (file unknown)
     Error        gliding://job/<job>/error/<sha256(text)[:16]>  text
+    Fact         gliding://job/<job>/fact/<call>/<n>         a finding of the result (text,
+                                                              source, lineStart/lineEnd that
+                                                              read_result reads back); partOf
+                                                              and derivedFrom the result; n 0:
+                                                              what a ``note`` call states
 
 A plan's steps are the PlanSteps of its PlanMsg (plain strings: step ``<i>`` depending on step
 ``<i-1>``). A turn of a step session (``turn/DA.<cycle>.<step>/<n>``, ``core.iri``) adds itself
@@ -67,16 +72,22 @@ from gliding.memory.board.nodes import (
 from gliding.memory.board.vocabulary import (
     PROPERTIES,
     VocabularyError,
+    check_iri,
     from_jsonld,
     to_jsonld,
     validate_node,
 )
-from gliding.memory.ingest.entities import Entities, extract
+from gliding.memory.ingest.entities import PATH_ARGUMENTS, Entities, extract
+from gliding.memory.ingest.findings import FACT_CHARS, findings
 
 log = structlog.get_logger("gliding.memory")
 
 SUMMARY_CHARS = 300
 SUMMARY_IDS = 5
+NOTE_TOOL = "note"  # the memory group's tool by which an agent states a finding
+NOTE_CHARS = 500
+SOURCE_CHARS = 80
+SOURCE_ARGUMENTS = (*PATH_ARGUMENTS, "command", "cmd", "url", "query", "pattern", "input")
 
 
 class ToolCall(Protocol):
@@ -302,19 +313,55 @@ class Ingestor:
         self._steps[step_iri] = node
 
     async def tool_result(self, record: ToolCall, turn_iri: str | None = None) -> str:
-        """The ToolResult node of one call, at its L0 IRI, and the entities it mentions."""
+        """The ToolResult node of one call, at its L0 IRI, the entities it mentions and a Fact
+        per finding of its output (``findings.py``), or the one a ``note`` call states."""
         self._own(record.iri)
         found = await anyio.to_thread.run_sync(extract, record.name, record.arguments,
                                                record.output, record.ok)
-        mentions = [iri for node in self._entity_nodes(found)
-                    if (iri := await self._put_entity(node)) is not None]
-        node: dict[str, Any] = {"@id": record.iri, "@type": "ToolResult", "name": record.name,
-                                "status": "ok" if record.ok else "error",
-                                "summary": _result_summary(record, found),
-                                "partOf": self.job_iri, "mentions": mentions}
-        if turn_iri:
-            node["derivedFrom"] = [turn_iri]
-        return await self.put(node)
+        lines = (await anyio.to_thread.run_sync(findings, record.name, record.output)
+                 if record.ok and record.name != NOTE_TOOL else [])
+        async with self.batch():
+            mentions = [iri for node in self._entity_nodes(found)
+                        if (iri := await self._put_entity(node)) is not None]
+            node: dict[str, Any] = {"@id": record.iri, "@type": "ToolResult",
+                                    "name": record.name,
+                                    "status": "ok" if record.ok else "error",
+                                    "summary": _result_summary(record, found),
+                                    "partOf": self.job_iri, "mentions": mentions}
+            if turn_iri:
+                node["derivedFrom"] = [turn_iri]
+            out = await self.put(node)
+            source = _source(record.name, record.arguments)
+            for n, finding in enumerate(lines, 1):
+                fact = {"@id": _fact_iri(record.iri, n), "@type": "Fact",
+                        "text": _one_line(finding.text, FACT_CHARS), "partOf": record.iri,
+                        "derivedFrom": [record.iri], "lineStart": finding.line_start,
+                        "lineEnd": finding.line_end, "source": source}
+                try:
+                    await self.put(validate_node(fact))
+                except VocabularyError as exc:  # one odd line never costs the result
+                    log.warning("blackboard.fact.skipped", job=self.job, error=exc.message)
+            if record.name == NOTE_TOOL and record.ok:
+                await self._note(record, turn_iri)
+        return out
+
+    async def _note(self, record: ToolCall, turn_iri: str | None) -> None:
+        """The Fact an agent stated with the ``note`` tool: its text, from its turn (and the
+        ``source`` IRI it gave, when that is a valid IRI)."""
+        text = _one_line(str(record.arguments.get("text") or ""), NOTE_CHARS)
+        if not text:
+            return
+        origin = [turn_iri] if turn_iri else []
+        given = record.arguments.get("source")
+        if isinstance(given, str) and given.strip():
+            try:
+                origin.insert(0, check_iri(given.strip().split("#", 1)[0], "note source"))
+            except VocabularyError:
+                log.info("blackboard.note.source.skipped", job=self.job, source=given[:200])
+        role = parse_iri(turn_iri).parts[0] if turn_iri else "agent"
+        await self.put({"@id": _fact_iri(record.iri, 0), "@type": "Fact", "text": text,
+                        "partOf": self.job_iri, "derivedFrom": origin or [record.iri],
+                        "source": f"noted by {role}"})
 
     def _entity_nodes(self, found: Entities) -> list[dict[str, Any]]:
         nodes: list[dict[str, Any]] = []
@@ -372,6 +419,25 @@ class Ingestor:
 def _finished(summary: str) -> bool:
     """Whether a turn's summary says the role finished (``finish(...) → finished``)."""
     return summary.startswith("finish(") and summary.endswith("→ finished")
+
+
+def _fact_iri(result_iri: str, n: int) -> str:
+    """``gliding://job/<job>/fact/<call>/<n>`` for finding ``n`` of the result ``<call>``
+    (0: what a note call states)."""
+    head, _, call = result_iri.partition("/result/")
+    return f"{head}/fact/{call}/{n}"
+
+
+def _source(tool: str, arguments: Mapping[str, Any]) -> str:
+    """What a fact was read from, on one short line: the tool and its main argument (a path,
+    command, URL or query), else its first arguments as ``key=value``."""
+    for key in SOURCE_ARGUMENTS:
+        value = arguments.get(key)
+        if isinstance(value, str) and value.strip():
+            return _one_line(f"{tool} {value}", SOURCE_CHARS)
+    pairs = [f"{k}={v}" for k, v in list(arguments.items())[:3]
+             if isinstance(v, str | int | float) and not isinstance(v, bool)]
+    return _one_line(" ".join([tool, *pairs]), SOURCE_CHARS)
 
 
 def _step_iri(plan_iri: str, step: str) -> str:

@@ -14,9 +14,8 @@ import re
 from collections.abc import Callable
 
 from gliding.memory.board.blackboard import Value
-from gliding.memory.board.search import Hit
 from gliding.memory.board.vocabulary import NS
-from gliding.memory.recall.knowledge import KnowledgeMemory
+from gliding.memory.recall.knowledge import Hit, KnowledgeMemory
 from gliding.tools.knowledge import MAX_CHARS, MAX_K, hit_line
 
 KG_SEARCH_K = 8  # nodes a kg_search answers with unless the model asks for another number

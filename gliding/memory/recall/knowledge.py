@@ -31,6 +31,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -46,16 +47,25 @@ from gliding.memory.board.blackboard import (
     sparql_iri,
     sparql_literal,
 )
-from gliding.memory.board.search import Hit
 from gliding.memory.board.vocabulary import NS
 from gliding.memory.recall.access_log import AccessLog
 from gliding.memory.recall.hybrid import Count, HybridRecall, MemoryItem, Packed, RecallSettings
-from gliding.memory.recall.vectors import Embedder, VectorIndex
+from gliding.memory.recall.vectors import (
+    Embedder,
+    Precision,
+    VectorIndex,
+    VectorStoreError,
+    load_embedder,
+)
+
+__all__ = ["Count", "Embedder", "Hit", "KnowledgeError", "KnowledgeMemory", "MemoryItem",
+           "Packed", "Precision", "RecallSettings", "VectorIndex", "VectorStoreError",
+           "load_embedder"]
 
 log = structlog.get_logger("gliding.memory")
 
 RECALLED_TYPES = frozenset({"Turn", "Fact", "Step", "ToolResult", "Error", "CheckReport",
-                            "Decision", "Job"})
+                            "Decision", "Job", "Artifact"})
 TEXT_KEYS = ("text", "summary", "name", "path")
 _PREFIX = f"PREFIX gl: <{NS}>\n"
 _RELATED = _PREFIX + """SELECT ?other (COUNT(DISTINCT ?e) AS ?shared) WHERE {{
@@ -67,7 +77,7 @@ _RELATED = _PREFIX + """SELECT ?other (COUNT(DISTINCT ?e) AS ?shared) WHERE {{
   {exclude}
 }} GROUP BY ?other"""
 _LOADED = ("text", "summary", "name", "path", "role", "partOf", "position", "createdAt",
-           "sessionDate", "importance")
+           "sessionDate", "importance", "source", "lineStart", "lineEnd")
 _LOAD = _PREFIX + """SELECT ?s ?type ?p ?o WHERE {{ GRAPH {graph} {{ ?s a ?type . ?s ?p ?o .
   FILTER(?type IN ({types}) && ?p IN ({keys})) }} }}"""
 _GRAPHS = "SELECT DISTINCT ?g WHERE { GRAPH ?g { ?s ?p ?o } }"
@@ -85,6 +95,17 @@ def _locked(method: Callable[Concatenate[KnowledgeMemory, P], R]
         with self._lock:
             return method(self, *args, **kwargs)
     return wrapper
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One node a search found: its IRI, type, graph (its job), score and words."""
+
+    iri: str
+    type: str
+    graph: str
+    score: float
+    text: str
 
 
 class KnowledgeError(GlidingError):
@@ -252,12 +273,17 @@ class KnowledgeMemory:
         session = self._sessions.setdefault(parent, len(self._sessions))
         self._order += 1
         position = node.get("position")
-        # a conversation turn shows its own id (D3:7); anything else its full IRI, which the
+        # a conversation turn shows its own id (D3:7); a fact read from a result the lines it
+        # reads back from (<result IRI>#L12-14); anything else its full IRI, which the
         # read-back tools take from any job
         label = str(node["name"]) if node.get("@type") == "Turn" and node.get("name") else iri
+        start, end = node.get("lineStart"), node.get("lineEnd")
+        if isinstance(start, int) and parent:
+            label = f"{parent}#L{start}" + (f"-{end}" if isinstance(end, int) and end != start
+                                            else "")
         return MemoryItem(
             id=iri, text=text, session=session, date=_node_date(node),
-            speaker=str(node.get("role") or ""),
+            speaker=str(node.get("source") or node.get("role") or ""),
             position=int(position) if isinstance(position, int) else self._order,
             importance=(float(node["importance"]) if isinstance(node.get("importance"),
                                                                 int | float) else None),
@@ -353,15 +379,18 @@ class KnowledgeMemory:
     @_locked
     def search(self, text: str, *, k: int = 10) -> list[Hit]:
         """The ``k`` recalled nodes that best match ``text`` (hybrid scores), best first, as the
-        same ``search.Hit`` values ``gliding memory search`` gives."""
+        ``Hit`` values (what kg_search, ``gliding memory search`` and MCP show)."""
         self.ready()
         scores = self.index.scores(text)
         out = []
         for row in self.index.rank(scores)[:k]:
             item = self.index.items[row]
+            text = " ".join(item.text.split())
+            if item.label and item.label != item.id:  # a fact: where it reads back from
+                text = f"{item.speaker} at {item.label}: {text}" if item.speaker else text
             out.append(Hit(item.id, self._type_of.get(item.id, "?"),
                            self._graph_of.get(item.id, ""), round(float(scores[row]), 4),
-                           " ".join(item.text.split())[:300]))
+                           text[:300]))
         return out
 
     def query(self, sparql: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
