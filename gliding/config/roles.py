@@ -15,6 +15,9 @@ The registry reads only the keys every layer needs::
     phase: check             # plan | do | check | act: the PDCA part it plays, hence its answer
     auto: true               # the role the auto pipelines pick for its phase (one per phase)
     projection: [gl:Artifact, gl:Step]   # the board node types its briefing shows
+    frame: {"@type": Fact, derivedFrom: {"@embed": "@always"}}
+                             # the JSON-LD frame (vocabulary terms, the inline @context is
+                             # added) that shapes the facts around its task in its briefing
 
 the rest (prompt, tools, finish schema, examples) is the agents' business
 (``gliding.agents.roles``). Files are read once per home folder and cached; ``forget`` drops
@@ -24,6 +27,7 @@ the cache (a test that writes role files, a reload).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -51,6 +55,7 @@ class RoleEntry:
     phase: Phase
     auto: bool = False
     projection: tuple[str, ...] = ()
+    frame: str = ""  # the JSON-LD frame of its briefing's facts, as JSON ("": none)
 
 
 def home_dir() -> Path:
@@ -160,4 +165,34 @@ def _entry(path: Path) -> RoleEntry:
     auto = data.get("auto", False)
     if not isinstance(auto, bool):
         raise ConfigError(f"{where}: auto must be true or false, got {auto!r}")
-    return RoleEntry(name=name, phase=phase, auto=auto, projection=tuple(projection))
+    frame = data.get("frame")
+    if frame is not None:
+        _check_frame(frame, f"{where}: frame")
+    return RoleEntry(name=name, phase=phase, auto=auto, projection=tuple(projection),
+                     frame=json.dumps(frame, sort_keys=True) if frame else "")
+
+
+_FRAME_KEY = re.compile(r"@(?:type|id|embed|explicit|omitDefault|requireAll|default)|"
+                        r"[A-Za-z]{1,64}")
+_FRAME_DEPTH = 4
+
+
+def _check_frame(frame: Any, where: str, depth: int = 0) -> None:
+    """A frame is a mapping of vocabulary words and framing keywords, a few levels deep; its
+    ``@context`` is the vocabulary's own, added by the projection (never one of the file's:
+    nothing is ever fetched). The words are checked against the vocabulary where it is used."""
+    if not isinstance(frame, dict) or depth > _FRAME_DEPTH:
+        raise ConfigError(f"{where} must be a mapping (at most {_FRAME_DEPTH} levels deep) "
+                          "of vocabulary words and JSON-LD framing keywords")
+    for key, value in frame.items():
+        if not isinstance(key, str) or not _FRAME_KEY.fullmatch(key):
+            raise ConfigError(f"{where}: {key!r} is not a vocabulary word or a framing keyword",
+                              hint="a frame names node types and properties as the "
+                                   "vocabulary does (Fact, derivedFrom); no @context")
+        if isinstance(value, dict):
+            _check_frame(value, f"{where}.{key}", depth + 1)
+        elif isinstance(value, list):
+            if not all(isinstance(v, str | bool | int) for v in value):
+                raise ConfigError(f"{where}.{key}: a list of words is all a frame's list holds")
+        elif not isinstance(value, str | bool | int):
+            raise ConfigError(f"{where}.{key}: {value!r} is not a frame value")

@@ -368,7 +368,8 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                 await ingest.caught_up(a)
             board = await jb.briefing(a.role) if jb is not None else None
             return await anyio.to_thread.run_sync(
-                functools.partial(rt.briefing, a.role, job, task.goal, board=board))
+                functools.partial(rt.briefing, a.role, job, task.goal, board=board,
+                                  focus=f"{a.goal}\n{a.instructions}"))
 
         kit = JobAgents(job=job, workspace=task.workspace, llm=j.llm, roles=roles, tools=tools,
                         checks=checks, archive=port, budget=budget, bus=bus, clock=j.clock,

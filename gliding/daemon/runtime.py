@@ -55,6 +55,7 @@ from gliding.memory.recall.vector_cache import CACHE_FILE, CachedEmbedder
 log = structlog.get_logger("gliding.daemon")
 
 BOARD_HEADING = "Blackboard (what the team recorded so far):"
+AROUND_HEADING = "Found so far (facts around your task; read_result reads a source back):"
 REACH_TIMEOUT_S = 5.0  # a SPARQL endpoint that does not answer ASK {} in this is unreachable
 
 
@@ -96,11 +97,13 @@ class Runtime:
         return MemoryAccess(self.knowledge, self.counter.count,
                             self.settings.memory.recall.budget_tokens)
 
-    def briefing(self, role: str, job: str, goal: str, *, board: str | None = None) -> str:
+    def briefing(self, role: str, job: str, goal: str, *, board: str | None = None,
+                 focus: str = "") -> str:
         """The role's L3 view of the job's blackboard graph (``board`` when the caller built it
-        already, through the coherence caches), and for a plan role (PA) what earlier jobs
-        recorded about the goal; "" when there is nothing (no board, nothing yet, or it failed).
-        Blocking: call it on a worker thread."""
+        already, through the coherence caches); the facts the job found around ``focus`` (the
+        role's task: its goal and instructions), shaped by the role's frame; and for a plan
+        role (PA) what earlier jobs recorded about the goal. "" when there is nothing (no
+        board, nothing yet, or it failed). Blocking: call it on a worker thread."""
         budget = self.settings.memory.recall.briefing_tokens
         if self.projector is None or budget <= 0:
             return ""
@@ -112,6 +115,13 @@ class Runtime:
                 parts.append(f"{BOARD_HEADING}\n{text}")
         except GlidingError as exc:
             log.warning("blackboard.projection.failed", job=job, role=role, error=exc.message)
+        try:
+            found = self.projector.around(role, graph, focus or goal, budget // 2)
+        except GlidingError as exc:
+            log.warning("blackboard.around.failed", job=job, role=role, error=exc.message)
+        else:
+            if found:
+                parts.append(f"{AROUND_HEADING}\n{found}")
         if entry(role).phase == "plan" and self.knowledge is not None:
             try:
                 earlier = self.knowledge.brief(goal, budget // 2, exclude_graphs=[graph])

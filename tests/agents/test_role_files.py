@@ -103,3 +103,30 @@ def test_a_role_file_without_a_phase_is_a_config_error(home: Path) -> None:
     (home / "roles" / "XA.yaml").write_text("name: XA\nprompt: hi\n")
     with pytest.raises(ConfigError, match="XA.yaml: phase must be one of"):
         load_role("DA", home)
+
+
+@pytest.mark.parametrize(("frame", "message"), [
+    ('"just text"', "must be a mapping"),
+    ('{"@context": "https://example.org/ctx"}', "is not a vocabulary word"),
+    ('{"@type": Fact, "a b": 1}', "is not a vocabulary word"),
+    ('{"@type": Fact, derivedFrom: {a: {b: {c: {d: {e: {}}}}}}}', "levels deep"),
+    ('{"@type": [Fact, {x: 1}]}', "a list of words"),
+])
+def test_a_role_s_frame_is_a_mapping_of_words_and_framing_keywords(
+        home: Path, frame: str, message: str) -> None:
+    line = "projection: [gl:Artifact]\n"
+    framed = RA.replace(line, f"{line}frame: {frame}\n")
+    (home / "roles" / "RA.yaml").write_text(framed)
+    with pytest.raises(ConfigError, match=message):
+        registry()
+
+
+def test_a_frame_word_outside_the_vocabulary_is_refused_where_it_is_used(home: Path) -> None:
+    from gliding.memory.board.projection import frame_of
+
+    (home / "roles" / "RA.yaml").write_text(RA.replace(
+        "projection: [gl:Artifact]\n", "projection: [gl:Artifact]\nframe: {\"@type\": Facts}\n"))
+    with pytest.raises(ConfigError, match="'Facts' is not a node type"):
+        frame_of("RA")
+    for role in ("PA", "DA", "CA", "AA"):  # the shipped frames name vocabulary words only
+        frame_of(role)

@@ -189,3 +189,54 @@ def test_a_new_node_of_a_framed_type_invalidates_an_empty_view() -> None:
                "partOf": graph}, graph=graph)
     assert projector.invalidate(iri, "CheckReport") == 1
     assert "status=fail" in projector.briefing("DA", graph, 300)
+
+
+def test_a_role_is_briefed_with_the_facts_around_its_task_shaped_by_its_frame(
+        tmp_path: Path) -> None:
+    from gliding.agents.loop import ToolRecord
+    from gliding.memory.archive.store import Archive
+    from gliding.memory.board.nodes import DirectWriter, JobNodeStore
+    from gliding.memory.ingest.ingestor import Ingestor
+    from gliding.testing.blocking import Blocking
+
+    board = OxigraphBlackboard.in_memory()
+    job = "gliding://job/j"
+    page = ("Fleet notes\nThe refit of vessel NX-2207 finished on 14 March.\n"
+            "Berth 12 takes ships up to 210 metres long.\n")
+    with Archive.open(tmp_path, "j") as archive:
+        store = JobNodeStore(board, archive, "j")
+        projector = Projector(board, COUNT)
+        store.listen(projector.written)
+        ing = Blocking(Ingestor(board, archive, "j", DirectWriter(store)))
+        ing.tool_result(ToolRecord("read_file", {"path": "fleet.md"}, True, page,
+                                   f"{job}/result/DA.1-1-0"), f"{job}/turn/DA.1/1")
+        focus = "Find when the refit of NX-2207 finished"
+        da = projector.around("DA", job, focus, 300)
+        assert da.splitlines() == [
+            f"- The refit of vessel NX-2207 finished on 14 March. (read_file fleet.md, "
+            f"{job}/result/DA.1-1-0#L2)"]
+        assert projector.around("AA", job, focus, 300) == ""  # AA's role file has no frame
+        assert projector.around("DA", job, "nothing of the sort here", 300) == ""
+        assert projector.around("DA", job, focus, 300) == da and projector.hits == 1
+        ing.tool_result(ToolRecord("bash", {"command": "grep refit log.txt"}, True,
+                                   "log.txt: the refit of NX-2207 cost 4100 credits",
+                                   f"{job}/result/DA.1-2-0"), f"{job}/turn/DA.1/2")
+        again = projector.around("DA", job, focus, 300)  # a new fact dropped the cached view
+        assert len(again.splitlines()) == 2 and "4100 credits" in again
+        tight = projector.around("DA", job, focus, COUNT(again.splitlines()[0]) + 1)
+        assert len(tight.splitlines()) == 1
+
+
+def test_framing_never_loads_a_document() -> None:
+    from pyld import jsonld
+
+    from gliding.memory.board.projection import frame_nodes
+
+    nodes = [{"@id": "gliding://job/j/fact/a/1", "@type": ["https://gliding.dev/ns/v1#Fact"]}]
+    with pytest.raises(jsonld.JsonLdError) as caught:
+        frame_nodes(nodes, {"@context": "https://example.org/context.jsonld", "@type": "Fact"})
+    causes, error = [], caught.value
+    while error is not None:  # pyld wraps the loader's error: our refusal is at the bottom
+        causes.append(str(error))
+        error = getattr(error, "cause", None) or error.__cause__
+    assert "a briefing never loads a remote document" in causes[-1]
