@@ -22,11 +22,12 @@ and with ``--tls`` (the listener then speaks only TLS 1.2 or later, port 8883 by
     server.key          its private key
 
 Users and rights (``acl``): ``gliding`` (the processes that hold the root key) reads and writes
-everything; a worker ``W`` reads offers, grants, archive replies, coherence fills and events,
-and writes claims, heartbeats, answers, events, archive notices, archive requests and coherence
-requests — never an assignment (``job/+/agent/+``), an offer or a grant. Topics name worker
-*processes* (``W.<pid>-<hex>``), so the ACL cannot tell one worker's grants from another's:
-that is the signatures' job (a worker can check only what is signed for it).
+everything; a worker ``W`` reads offers, grants, archive and knowledge replies, coherence
+fills and events, and writes claims, heartbeats, answers, events, archive notices, archive and
+knowledge requests and coherence requests — never an assignment (``job/+/agent/+``), an
+offer or a grant. Topics name worker *processes* (``W.<pid>-<hex>``), so the ACL cannot tell
+one worker's grants from another's: that is the signatures' job (a worker can check only what
+is signed for it).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ topic write workers/heartbeat
 topic read worker/+/grants
 topic read worker/+/archive
 topic write archive/+/request
+topic read worker/+/knowledge
+topic write knowledge/+/request
 topic write job/+/result/+
 topic readwrite job/+/events
 topic write job/+/archived

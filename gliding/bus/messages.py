@@ -19,6 +19,9 @@ topic it travels on, so a message decodes to the same class wherever it is recei
     heartbeat       Heartbeat        worker -> dispatchers: alive, holding these keys
     archive_request ArchiveRequest   worker -> the job's process: an L0 operation (bytes base64)
     archive_reply   ArchiveReply     the job's process -> worker: its result or error
+    knowledge_request KnowledgeRequest  worker -> the job's process: recall, kg_search or a
+                                     read-only query of the job's long-term memory
+    knowledge_reply KnowledgeReply   the job's process -> worker: its result or error
     coherence       CoherenceMsg     cache <-> directory: one MESI protocol message
                                      (``memory/coherence/protocol.py`` names its kinds)
 
@@ -330,6 +333,31 @@ class ArchiveReply(_Message):
     error: str = ""
 
 
+KnowledgeOp = Literal["ping", "recall", "search", "query"]
+
+
+class KnowledgeRequest(_Message):
+    """One long-term memory call of a worker's agent, for the job's process to answer."""
+
+    type: Literal["knowledge_request"] = "knowledge_request"
+    id: str
+    job: str
+    worker: str
+    op: KnowledgeOp
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class KnowledgeReply(_Message):
+    """The answer to the request ``id``: ``result`` (JSON values) or an error's code and text."""
+
+    type: Literal["knowledge_reply"] = "knowledge_reply"
+    id: str
+    ok: bool
+    result: Any = None
+    code: str = ""
+    error: str = ""
+
+
 CoherenceKind = Literal[
     "read_miss", "write_request", "inv_ack", "downgrade_ack", "write_back", "depart",
     "fill", "write_ack", "invalidate", "downgrade",
@@ -360,7 +388,7 @@ class CoherenceMsg(_Message):
 BusMessage = Annotated[
     Assignment | PlanMsg | ArtifactMsg | CheckReportMsg | DecisionMsg | AgentDone | ArchivedMsg
     | JobEvent | WorkItem | Claim | GrantMsg | Heartbeat | ArchiveRequest | ArchiveReply
-    | CoherenceMsg,
+    | KnowledgeRequest | KnowledgeReply | CoherenceMsg,
     Field(discriminator="type"),
 ]
 """Any message the bus carries, discriminated by ``type``."""
@@ -383,6 +411,8 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Heartbeat,
     ArchiveRequest,
     ArchiveReply,
+    KnowledgeRequest,
+    KnowledgeReply,
     CoherenceMsg,
 )
 

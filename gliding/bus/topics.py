@@ -15,6 +15,9 @@ Jobs whose agents run on ``gliding worker`` processes (``daemon/dispatch.py``) a
     workers/heartbeat          worker -> dispatchers: Heartbeat
     archive/<job>/request      worker -> the job's process: an ArchiveRequest
     worker/<worker>/archive    the job's process -> worker: the ArchiveReply
+    knowledge/<job>/request    worker -> the job's process: a KnowledgeRequest (recall,
+                               kg_search, knowledge_query on the job's blackboard)
+    worker/<worker>/knowledge  the job's process -> worker: the KnowledgeReply
 
 The blackboard's coherence engine (``memory/coherence/``: ``directory.py``, ``cache.py``), per
 space (a job):
@@ -87,6 +90,14 @@ def archive_replies(worker: str) -> str:
     return f"worker/{worker}/archive"
 
 
+def knowledge_requests(job: str) -> str:
+    return f"knowledge/{job}/request"
+
+
+def knowledge_replies(worker: str) -> str:
+    return f"worker/{worker}/knowledge"
+
+
 def coherence_directory(space: str) -> str:
     return f"coherence/{space}/directory"
 
@@ -96,11 +107,12 @@ def coherence_cache(space: str, agent: str) -> str:
 
 
 def recipient(topic: str) -> str | None:
-    """The enrolled worker a topic addresses alone (its grants, its archive replies, its
-    caches' coherence messages), whose key signs what the root sends there; None for the
-    rest."""
+    """The enrolled worker a topic addresses alone (its grants, its archive and knowledge
+    replies, its caches' coherence messages), whose key signs what the root sends there; None
+    for the rest."""
     levels = topic.split("/")
-    if len(levels) == 3 and levels[0] == "worker" and levels[2] in ("grants", "archive"):
+    if len(levels) == 3 and levels[0] == "worker" and levels[2] in ("grants", "archive",
+                                                                     "knowledge"):
         name = owner(levels[1])
     elif len(levels) == 4 and levels[0] == "coherence" and levels[2] == "cache":
         name = owner(levels[3])

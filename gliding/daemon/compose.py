@@ -62,6 +62,7 @@ from gliding.memory.archive.store import Archive, archive_path
 from gliding.memory.board.nodes import DirectWriter, JobNodeStore
 from gliding.memory.ingest.ingestor import Ingestor
 from gliding.memory.ingest.service import IngestService
+from gliding.memory.recall.access import MemoryAccess
 from gliding.scheduler import policy, supervisor
 from gliding.scheduler.report import JobReport, build_report
 from gliding.scheduler.runner import JobRunner, Verifier
@@ -396,7 +397,7 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                     server=group.server_name, reason=group.unavailable)))
         try:
             final = await _drive(j, state, commands, resumed, bus, worker, ingest, journal,
-                                 verify)
+                                 verify, rt.access())
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await _close(job, tools, bus, quiet=True)  # the error in flight is the news
@@ -420,7 +421,8 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
 
 async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resumed: bool,
                  bus: Bus, worker: AgentWorker, ingest: IngestService | None,
-                 journal: ArchiveJournal, verify: Verifier) -> SupervisorState:
+                 journal: ArchiveJournal, verify: Verifier,
+                 knowledge: MemoryAccess | None = None) -> SupervisorState:
     """Start ingestion, the agents and the event forwarding; run the supervisor to its end."""
     job = state.job
     agents = anyio.CancelScope()
@@ -428,7 +430,8 @@ async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resum
     async def serve_agents(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         with agents:
             if j.settings.daemon.agents == "workers":  # on `gliding worker`s, over the broker
-                await _serve_remote(j, bus, worker, resumed=resumed, task_status=task_status)
+                await _serve_remote(j, bus, worker, resumed=resumed, knowledge=knowledge,
+                                    task_status=task_status)
             else:
                 await worker.serve(task_status=task_status)
 
@@ -456,12 +459,16 @@ async def _drive(j: _Job, state: SupervisorState, commands: list[Command], resum
 
 
 async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *, resumed: bool,
+                        knowledge: MemoryAccess | None = None,
                         task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-    """The job's side of agents on workers: the dispatcher that hands its assignments out and
-    the archive server that writes what workers without the archive file send. A resumed job
-    first waits 1.5 heartbeats for workers still holding its work to say so."""
+    """The job's side of agents on workers: the dispatcher that hands its assignments out,
+    the archive server that writes what workers without the archive file send, and, with a
+    blackboard, the knowledge server that answers their recall and knowledge tools (a worker
+    without a shared endpoint reaches the job's board through it). A resumed job first waits
+    1.5 heartbeats for workers still holding its work to say so."""
     from gliding.daemon.dispatch import Dispatcher
     from gliding.memory.archive.bus import ArchiveServer
+    from gliding.memory.recall.bus import KnowledgeServer
 
     archive, settings = j.archive, j.settings
     model = await anyio.to_thread.run_sync(archive.get_meta, "model_spec")
@@ -479,6 +486,8 @@ async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *, resumed: bool
         auth.policy = dispatcher.policy
     async with anyio.create_task_group() as tg:
         await tg.start(server.serve)
+        if knowledge is not None:
+            await tg.start(KnowledgeServer(bus, archive.job, knowledge).serve)
         await tg.start(dispatcher.serve)
         task_status.started()
 

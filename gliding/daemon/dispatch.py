@@ -45,6 +45,7 @@ from gliding.bus.messages import (
     GrantMsg,
     Heartbeat,
     JobEvent,
+    KnowledgeRequest,
     WorkItem,
 )
 from gliding.bus.port import Bus
@@ -202,8 +203,8 @@ class Dispatcher:
         """What a worker may say to this job (``bus/auth.py``: ``BusAuth.policy``; the root's
         messages never come here): claims and heartbeats in its own name, the answer of work
         this job granted it (the current holder), and, once granted work of the job, its
-        archive writes, coherence requests, events and archive notices; nothing else. None:
-        take it; else why not."""
+        archive writes, knowledge and coherence requests, events and archive notices; nothing
+        else. None: take it; else why not."""
         name = sender.removeprefix(WORKER_PREFIX)
         if isinstance(message, Claim | Heartbeat):
             return None if owner(message.worker) == name else "a claim or heartbeat for another"
@@ -218,8 +219,8 @@ class Dispatcher:
                 lease.holder and owner(lease.holder) == name
                 for lease in self.leases.keys.values()):
             return "no work of this job was granted to it"
-        if isinstance(message, ArchiveRequest):
-            return None if owner(message.worker) == name else "an archive request for another"
+        if isinstance(message, ArchiveRequest | KnowledgeRequest):
+            return None if owner(message.worker) == name else "a request for another"
         if isinstance(message, CoherenceMsg):
             return None if owner(message.sender) == name else "a coherence request for another"
         if isinstance(message, JobEvent | ArchivedMsg | AgentDone):

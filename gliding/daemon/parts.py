@@ -20,6 +20,7 @@ from gliding.memory.archive.port import ArchivePort
 from gliding.tools.base import ToolGroupManager
 from gliding.tools.checks import ChecksGroup
 from gliding.tools.groups import GROUP_NAMES, job_groups, known_group
+from gliding.tools.knowledge import KnowledgeAccess
 from gliding.tools.netguard import Policy
 from gliding.tools.sandbox import Sandbox
 
@@ -47,13 +48,15 @@ def mcp_groups(task: Task, settings: Settings, sandbox: Sandbox | None = None
 
 async def agent_parts(job: str, task: Task, settings: Settings, base: dict[str, RoleSpec],
                       port: ArchivePort, rt: Runtime, clock: Clock,
-                      sandbox: Sandbox | None = None,
+                      sandbox: Sandbox | None = None, *,
+                      knowledge: KnowledgeAccess | None = None,
                       ) -> tuple[BudgetTracker, ChecksGroup, list[MCPGroup],
                                  dict[str, RoleSpec], ToolGroupManager]:
     """What a job's agents work with, wherever they run (this process or a worker): the budget
     tracker charged with what earlier runs paid, the checks, the MCP groups (the task's own
     servers in ``sandbox``, the job's command sandbox: ``mcp_groups``), the roles with their
-    task and MCP groups, and the tool groups (not yet open).
+    task and MCP groups, and the tool groups (not yet open). Long-term memory is
+    ``knowledge`` when given (a worker's, over the bus), else the runtime's.
 
     Raises:
         ArchiveError: the ledger cannot be read. TaskFileError: an unknown tool group.
@@ -67,7 +70,8 @@ async def agent_parts(job: str, task: Task, settings: Settings, base: dict[str, 
     mcp = mcp_groups(task, settings, sandbox)
     roles = task_roles(base, mcp, task)
     tools = job_groups(checks=checks, reader=port, iri_base=f"gliding://job/{job}/",
-                       knowledge=rt.access(), web=settings.tools.web, mcp=mcp,
+                       knowledge=knowledge if knowledge is not None else rt.access(),
+                       web=settings.tools.web, mcp=mcp,
                        asked=[g for r in roles.values()
                               for g in (*r.tool_groups, *r.tool_groups_on_demand)])
     return budget, checks, mcp, roles, tools

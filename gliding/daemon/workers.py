@@ -13,10 +13,13 @@ it dies, the dispatcher re-offers them after ``daemon.lease_s`` and another work
 
 L0: a worker on the job's host (the WorkItem's ``origin`` data directory holds the job's
 archive) writes it directly, SQLite serialising the processes; elsewhere, or with
-``remote=True``, through ``BusArchive`` to the job's process. What a worker on another host
-needs: the broker (``bus.url``), the SPARQL endpoint for the blackboard tools
-(``memory.blackboard.url``), the task's workspace at the same path (a shared filesystem), and
-the model (a hosted model's key in its environment, or the same local model file).
+``remote=True``, through ``BusArchive`` to the job's process. Long-term memory (recall,
+kg_search, knowledge_query): the shared SPARQL endpoint when ``memory.blackboard.url`` names
+one, else the job's own board through ``BusKnowledge`` to the job's process; only when that
+does not answer a ping are the tools withheld (with a ``memory.withheld`` event). What a worker
+on another host needs: the broker (``bus.url``), the task's workspace at the same path (a
+shared filesystem), and the model (a hosted model's key in its environment, or the same local
+model file).
 
 At most ``concurrency`` assignments run at once; an offer that arrives when all are busy is
 declined at once (the dispatcher offers it to the others). Model backends are built once per
@@ -60,6 +63,7 @@ from gliding.llm.port import LLM
 from gliding.memory.archive.bus import BusArchive
 from gliding.memory.archive.port import ArchivePort, LocalArchive
 from gliding.memory.archive.store import Archive, archive_path
+from gliding.memory.recall.bus import BusKnowledge
 
 log = structlog.get_logger("gliding.worker")
 
@@ -271,11 +275,17 @@ class WorkerService:
         async with AsyncExitStack() as stack:
             port, job_dir = await self._archive(stack, item)
             base = await anyio.to_thread.run_sync(load_roles)
-            if settings.memory.blackboard.url is None:  # no store of this host is the job's
-                rt = dataclasses.replace(rt, knowledge=None)
-                await self._withhold_memory(a, base)
+            knowledge = None
+            if settings.memory.blackboard.url is None:  # no store of this host is the job's:
+                rt = dataclasses.replace(rt, knowledge=None)  # the job's, through the bus
+                if _remembers(base.get(a.role)):
+                    knowledge = await stack.enter_async_context(
+                        BusKnowledge(self.bus, job, self.name))
+                    if not await knowledge.reachable():
+                        knowledge = None
+                        await self._withhold_memory(a, base)
             budget, checks, _mcp, roles, tools = await parts.agent_parts(
-                job, task, settings, base, port, rt, clock)
+                job, task, settings, base, port, rt, clock, knowledge=knowledge)
             sandbox = await compose.job_sandbox(job, task, settings, None)
             began = job_dir / "began"
             await anyio.to_thread.run_sync(partial(began.mkdir, parents=True, exist_ok=True))
@@ -297,15 +307,16 @@ class WorkerService:
                             sandbox=sandbox, board=board)
 
     async def _withhold_memory(self, a: Assignment, roles: Mapping[str, RoleSpec]) -> None:
-        """Without a shared blackboard endpoint the knowledge tools would query this worker's
-        own store, which knows nothing of the job: they are withheld, and the job's events say
-        so (never a silent empty memory)."""
-        spec = roles.get(a.role)
-        if spec is None or not {"knowledge", "memory"} & set(spec.tool_groups):
+        """The job's process did not answer a knowledge ping (and there is no shared
+        blackboard endpoint): the knowledge tools would query this worker's own store, which
+        knows nothing of the job, so they are withheld, and the job's events say so (never a
+        silent empty memory)."""
+        if not _remembers(roles.get(a.role)):
             return
-        reason = ("no shared blackboard endpoint (memory.blackboard.url): this worker's own "
-                  "store would answer every query with nothing; give it the endpoint the job "
-                  "uses to get kg_search, knowledge_query and recall of earlier jobs back")
+        reason = ("the job's process did not answer over the bus and there is no shared "
+                  "blackboard endpoint (memory.blackboard.url): this worker's own store would "
+                  "answer every query with nothing; check the job is running with a "
+                  "blackboard, or give the worker the endpoint the job uses")
         log.warning("worker.memory.withheld", job=a.job, role=a.role, worker=self.name)
         try:
             await self.bus.publish(topics.events(a.job), JobEvent.of(a.job, events.MemoryWithheld(
@@ -332,6 +343,12 @@ class WorkerService:
         except OSError as exc:
             raise GlidingError(f"cannot create {local}: {exc.strerror or exc}") from exc
         return port, local
+
+
+def _remembers(spec: RoleSpec | None) -> bool:
+    """Whether a role carries a tool that asks long-term memory (recall, kg_search)."""
+    return spec is not None and bool({"knowledge", "memory"} & {
+        *spec.tool_groups, *spec.tool_groups_on_demand})
 
 
 def host_task(record: dict[str, Any], settings: Settings) -> Task:

@@ -4,7 +4,7 @@
     write      write_file, edit_file                    (the workspace)
     exec       bash                                     (the workspace, the bash settings)
     check      run_checks                               (the task's checks)
-    memory     read_result, grep_result, recall         (the archive; long-term memory if any)
+    memory     read_result, grep_result, recall, note   (the archive; long-term memory if any)
     knowledge  kg_search, knowledge_query               (long-term memory; absent without it)
     web        web_fetch, web_search                    (tools.web; web_search with a service)
     mcp_<name> <name>__<tool> for each tool it lists    (the MCP server <name>: gliding.mcp;

@@ -97,7 +97,7 @@ def test_builtin_groups() -> None:
         "write": ["write_file", "edit_file"],
         "exec": ["bash"],
         "check": ["run_checks"],
-        "memory": ["read_result", "grep_result", "recall"],
+        "memory": ["read_result", "grep_result", "recall", "note"],
         "knowledge": ["kg_search", "knowledge_query"],
         "web": ["web_fetch"],  # web_search only with a search service (test_tools_web.py)
     }
@@ -115,7 +115,7 @@ def test_without_long_term_memory_the_knowledge_group_is_left_out() -> None:
     assert "knowledge" not in manager.group_names and manager.unavailable == {"knowledge"}
     toolset = manager.toolset(["read", "knowledge", "memory"])
     assert toolset.names == ("read_file", "list_dir", "glob", "grep", "read_result",
-                             "grep_result", "recall")
+                             "grep_result", "recall", "note")
 
 
 def test_unknown_group_lists_known_groups() -> None:

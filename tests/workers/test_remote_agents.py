@@ -4,6 +4,7 @@ writes L0 into the job's archive file (same host), the other only through the br
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,9 @@ def settings_for(tmp: Path, url: str, data: str, **more: Any) -> Settings:
         **more})
 
 
-async def run_with_workers(tmp: Path, url: str, remote: tuple[bool, ...]
+async def run_with_workers(tmp: Path, url: str, remote: tuple[bool, ...], **job: Any
                            ) -> tuple[Any, list[WorkerService], list[JobEvent]]:
-    job_settings = settings_for(tmp, url, "data")
+    job_settings = settings_for(tmp, url, "data", **job)
     events: list[JobEvent] = []
     services: list[WorkerService] = []
     async with anyio.create_task_group() as tg:
@@ -105,11 +106,14 @@ def test_a_job_runs_on_workers(tmp_path: Path, broker: Mosquitto,
     assert sum(s.finished for s in services) == 4  # PA, DA, CA, AA: each answered once
     started = [e for e in events if e.event == "role.started"]
     assert [e.data["role"] for e in started] == ["PA", "DA", "CA", "AA"]
-    # no worker has the job's blackboard (no memory.blackboard.url): the knowledge tools are
-    # withheld and the job's events say so, never a silent empty memory
+    # no worker has a shared blackboard endpoint, yet the job's process answers their
+    # knowledge tools over the broker: nothing is withheld. (A worker sharing the job's data
+    # directory here runs in the job's own process and holds the embedded board first: the job
+    # then has none to answer from, and the events say so.)
     withheld = [e for e in events if e.event == "memory.withheld"]
-    assert {e.data["role"] for e in withheld} >= {"PA", "DA", "CA"}
-    assert all("memory.blackboard.url" in e.data["reason"] for e in withheld)
+    if remote == (True,):
+        assert not withheld
+    assert all("did not answer over the bus" in e.data["reason"] for e in withheld)
     with Archive.open(tmp_path / "data", report.job, create=False) as archive:
         items = archive.list()
         turns = [i.iri for i in items if i.kind == "turn"]
@@ -119,6 +123,42 @@ def test_a_job_runs_on_workers(tmp_path: Path, broker: Mosquitto,
         assert results  # the tool results the workers' agents archived
     if remote == (True,):  # nothing of the job reached the worker's own data directory
         assert not (tmp_path / "worker0" / "jobs").exists()
+
+
+RECALLING = REPLIES.replace(
+    "DA:\n", "DA:\n  - recall: {query: write hello.txt}\n"
+              "  - kg_search: {query: write hello.txt}\n")
+
+
+@pytest.mark.heavy
+def test_a_worker_without_an_endpoint_reaches_the_job_s_board_through_the_bus(
+        tmp_path: Path, broker: Mosquitto) -> None:
+    (tmp_path / "task.yaml").write_text(TASK)
+    (tmp_path / "replies.yaml").write_text(RECALLING)
+    handle, _services, events = anyio.run(run_with_workers, tmp_path, broker.url, (True,))
+    assert handle.report.outcome == "success", handle.report
+    assert not [e for e in events if e.event == "memory.withheld"]
+    step = f"gliding://job/{handle.report.job}/plan/1/step/1"
+    with Archive.open(tmp_path / "data", handle.report.job, create=False) as archive:
+        answers = {i.meta.get("tool"): archive.get(i.iri).text()
+                   for i in archive.list(kind="result")}
+    # both answers come from the job's board, which the worker cannot open itself
+    assert "Long-term memory" in answers["recall"] and "write hello.txt" in answers["recall"]
+    assert f"Step {step}: write hello.txt" in answers["kg_search"]
+
+
+@pytest.mark.heavy
+def test_workers_are_told_when_the_job_s_process_has_no_board_to_answer_from(
+        tmp_path: Path, broker: Mosquitto) -> None:
+    (tmp_path / "task.yaml").write_text(TASK)
+    (tmp_path / "replies.yaml").write_text(REPLIES)
+    unreachable = {"memory.blackboard.url": "http://127.0.0.1:9"}  # the job: no board
+    handle, _services, events = anyio.run(functools.partial(
+        run_with_workers, tmp_path, broker.url, (True,), **unreachable))
+    assert handle.report.outcome == "success", handle.report
+    withheld = [e for e in events if e.event == "memory.withheld"]
+    assert {e.data["role"] for e in withheld} >= {"PA", "DA", "CA"}
+    assert all("did not answer over the bus" in e.data["reason"] for e in withheld)
 
 
 def test_workers_without_a_broker_are_refused_before_anything_is_written(

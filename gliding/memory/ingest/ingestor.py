@@ -354,8 +354,11 @@ class Ingestor:
         origin = [turn_iri] if turn_iri else []
         given = record.arguments.get("source")
         if isinstance(given, str) and given.strip():
+            source = given.strip().strip("<>").split("#", 1)[0]
+            if "://" not in source:  # relative to the job, as the read-back tools take it
+                source = f"{self.job_iri}/{source.lstrip('/')}"
             try:
-                origin.insert(0, check_iri(given.strip().split("#", 1)[0], "note source"))
+                origin.insert(0, check_iri(source, "note source"))
             except VocabularyError:
                 log.info("blackboard.note.source.skipped", job=self.job, source=given[:200])
         role = parse_iri(turn_iri).parts[0] if turn_iri else "agent"
