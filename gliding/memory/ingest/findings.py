@@ -6,8 +6,10 @@ values. A finding is a line that states something a later step may need verbatim
 an *anchor* (an identifier: a token with a digit and a letter, such as ``HAT028``, ``3FRNFB``,
 ``v1.2.3``, ``#W0000157``; or a number of two or more digits) and at least ``MIN_WORDS`` words
 that say what the anchor is (``price``, ``flight_number``, ``passed``). What is not a finding:
-code (a line that opens or closes a block, a statement keyword, an import), separators, lines
-of mostly punctuation, a bare list of numbers, and the same text seen before in the result.
+code (a line that opens or closes a block, a statement keyword, an import, a call or an
+assignment of one), a diff's headers, separators, markup, comments, questions, progress
+meters, lines of mostly punctuation, a bare list of numbers, and the same text seen before in
+the result.
 
     JSON output          one finding per record, rendered as ``core.records.json_records``
                          renders it (``key=value, ...``; ids first), read back from the lines
@@ -45,7 +47,11 @@ _CODE_START = re.compile(
     r"await|function|const|let|var|public|private|protected|static|fn|func|package|using|"
     r"#include|@\w+|raise|throw|yield|assert|lambda|switch|case|break|continue)\b")
 _CODE_END = ("{", "}", "(", "[", ";", ":", ",", "\\", "=>", "->", "&&", "||")
-_DIFF = re.compile(r"^(?:[-+]{3}\s|@@\s|diff --git|index [0-9a-f]+\.\.)")
+_DIFF = re.compile(r"^(?:[-+]{3}\s|@@\s|diff --git|index [0-9a-f]+\.\.|(?:new|deleted) file mode"
+                   r"|similarity index|rename (?:from|to) )")
+_DIFF_LINE = re.compile(r"^[-+] ")  # a diff's added or removed line: judged by what follows
+_CALL = re.compile(r"[A-Za-z_][\w.]*\(")  # name( : a call or a definition
+_PROGRESS = re.compile(r"\b\d{1,3}% \(\d+/\d+\)|\[\s*\d{1,3}%\]")  # meters
 _GREP = re.compile(r"^[^\s:]{1,300}?[:-]\d{1,7}[:-]\s?")  # grep -n: path:12: or path-12-
 _SYMBOLS = frozenset("()[]{}<>=;\"'`\\|&*")
 
@@ -89,11 +95,16 @@ def anchors(text: str) -> list[str]:
 def is_finding(line: str) -> bool:
     """Whether one (prefix-free, collapsed) line states something with an anchor; a grep hit
     (``path:12: text``) is judged by its text."""
-    line = _GREP.sub("", line, count=1)
+    line = _DIFF_LINE.sub("", _GREP.sub("", line, count=1), count=1)
     if len(line) < MIN_CHARS or _DIFF.match(line) or _CODE_START.match(line):
         return False
-    if line.endswith(_CODE_END) or line.startswith(("}", ")", "]", "//", "/*", "*", "<", "# ")):
-        return False
+    if line.endswith((*_CODE_END, "?")) or line.startswith(
+            ("}", ")", "]", "//", "/*", "*", "<", "# ")):
+        return False  # code, markup, comments, questions
+    if (line.startswith("(") and line.endswith(")")) or _PROGRESS.search(line):
+        return False  # an aside of a viewer, a progress meter
+    if _CALL.search(line) and (" = " in line or line.endswith(")")):
+        return False  # a call or an assignment: code
     letters = sum(c.isalpha() for c in line)
     if letters < len(line) * 0.35 or sum(c in _SYMBOLS for c in line) > len(line) * 0.12:
         return False  # separators, tables of numbers, hashes, base64; code
