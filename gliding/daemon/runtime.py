@@ -17,6 +17,7 @@ leaving the context closes everything once (``close``, on a worker thread). This
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from gliding.config.roles import entry
 from gliding.config.settings import Settings
 from gliding.context.tokens import TokenCounter
 from gliding.errors import GlidingError
+from gliding.memory.archive.store import open_for_iri
 from gliding.memory.board.blackboard import Blackboard
 from gliding.memory.board.projection import Projector
 from gliding.memory.recall.access import MemoryAccess
@@ -188,6 +190,20 @@ def bus_auth(settings: Settings, worker: str | None = None) -> BusAuth | None:
     return auth_for(ring, WORKER_PREFIX + owner(worker))
 
 
+def read_result(data_dir: Path, iri: str) -> str | None:
+    """The archived text of a tool result of any job of ``data_dir`` (what recall reads answer
+    lines from); None when it is not a result's.
+
+    Raises:
+        GlidingError: the IRI is not Gliding's, or the archive cannot be read.
+    """
+    archive, parsed = open_for_iri(data_dir, iri)
+    with archive:
+        if parsed.kind != "result":
+            return None
+        return archive.get(str(parsed)).text()
+
+
 def blackboard_path(data_dir: Path) -> Path:
     """The embedded blackboard store every job of a data directory shares."""
     return data_dir / "blackboard"
@@ -245,7 +261,8 @@ def open_knowledge(board: Blackboard, settings: Settings,
         access_log = None
     knowledge = KnowledgeMemory(board, count, embedder_factory=embedder_factory,
                                 vector_index_factory=vector_index_factory,
-                                access_log=access_log)
+                                access_log=access_log,
+                                sources=functools.partial(read_result, settings.data_dir))
     try:
         loaded = knowledge.load()
         used = knowledge.restore_access()

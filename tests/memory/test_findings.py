@@ -133,3 +133,33 @@ def test_a_note_call_states_a_fact_from_its_turn_and_source(tmp_path: Path) -> N
                         f"{J}/turn/DA.1/5")
         kept = board.get(f"{J}/fact/DA.1-5-0/0", graph=J)
         assert kept is not None and kept["derivedFrom"] == [f"{J}/turn/DA.1/5"]
+
+
+def test_recall_shows_the_answer_lines_of_a_result_not_only_its_facts(tmp_path: Path) -> None:
+    board = OxigraphBlackboard.in_memory()
+    archive = Archive.open(tmp_path, "j")
+    store = JobNodeStore(board, archive, "j")
+    read: list[str] = []
+
+    def source(iri: str) -> str | None:
+        read.append(iri)
+        return archive.get(iri).text()
+
+    memory = KnowledgeMemory(board, TokenCounter().count, sources=source)
+    store.listen(memory.observe)
+    ing = Blocking(Ingestor(board, archive, "j", DirectWriter(store)))
+    iri = f"{J}/result/DA.1-5-0"
+    page = ("Harbour notes\nBerth 12 takes ships up to 210 metres long.\n"
+            + "The tide tables are posted weekly.\n" * 3
+            + "The harbour master of the northern pier is Ada Quinn.\n"
+            "Ships wait at the outer buoy when the harbour is full.\n")
+    with archive:
+        archive.put(iri, page, kind="result", meta={"tool": "read_file"})
+        ing.tool_result(ToolRecord("read_file", {"path": "harbour.md"}, True, page, iri),
+                        f"{J}/turn/DA.1/5")
+        packed = memory.recall("who is the harbour master of the northern pier", 400).text
+    # no anchor: not a fact, yet the recall holds it, with the line it reads back from
+    assert f"[{iri}#L6] read_file harbour.md: The harbour master of the northern pier is " \
+        "Ada Quinn." in packed.splitlines()
+    assert read == [iri]  # the result was read once for its lines
+    assert packed.count("Ada Quinn") == 1

@@ -323,15 +323,15 @@ class Ingestor:
         async with self.batch():
             mentions = [iri for node in self._entity_nodes(found)
                         if (iri := await self._put_entity(node)) is not None]
+            source = _source(record.name, record.arguments)
             node: dict[str, Any] = {"@id": record.iri, "@type": "ToolResult",
-                                    "name": record.name,
+                                    "name": record.name, "source": source,
                                     "status": "ok" if record.ok else "error",
                                     "summary": _result_summary(record, found),
                                     "partOf": self.job_iri, "mentions": mentions}
             if turn_iri:
                 node["derivedFrom"] = [turn_iri]
             out = await self.put(node)
-            source = _source(record.name, record.arguments)
             for n, finding in enumerate(lines, 1):
                 fact = {"@id": _fact_iri(record.iri, n), "@type": "Fact",
                         "text": _one_line(finding.text, FACT_CHARS), "partOf": record.iri,

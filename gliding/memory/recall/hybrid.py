@@ -499,6 +499,12 @@ class HybridRecall:
         return sorted(range(len(self.items)),
                       key=lambda i: (self.items[i].session, self.items[i].position), reverse=True)
 
+    def candidate(self, row: int) -> tuple[str, str, tuple[int, int], str]:
+        """Item ``row`` as ``pack_grouped`` takes it: (id, line, (session, position),
+        header)."""
+        item = self.items[row]
+        return item.id, self._lines[row], (item.session, item.position), group_header(item)
+
     def pack_rows(self, rows: Sequence[int], budget: int) -> Packed:
         """Pack item rows (best first) into ``budget`` tokens, emitted in conversation order."""
         if self.grouped:

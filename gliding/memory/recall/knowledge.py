@@ -30,7 +30,8 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -38,6 +39,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import structlog
 
 from gliding.core.dates import parse_date
+from gliding.core.records import json_records, parse_json_output
+from gliding.core.text import clip
 from gliding.errors import GlidingError
 from gliding.memory.board.blackboard import (
     DEFAULT_TIMEOUT_S,
@@ -50,6 +53,7 @@ from gliding.memory.board.blackboard import (
 from gliding.memory.board.vocabulary import NS
 from gliding.memory.recall.access_log import AccessLog
 from gliding.memory.recall.hybrid import Count, HybridRecall, MemoryItem, Packed, RecallSettings
+from gliding.memory.recall.packing import group_header, pack_grouped
 from gliding.memory.recall.vectors import (
     Embedder,
     Precision,
@@ -64,6 +68,7 @@ __all__ = ["Count", "Embedder", "Hit", "KnowledgeError", "KnowledgeMemory", "Mem
 
 log = structlog.get_logger("gliding.memory")
 
+SCAN_CHARS = 512 * 1024  # of one result, what answer lines are looked for in
 RECALLED_TYPES = frozenset({"Turn", "Fact", "Step", "ToolResult", "Error", "CheckReport",
                             "Decision", "Job", "Artifact"})
 TEXT_KEYS = ("text", "summary", "name", "path")
@@ -122,6 +127,9 @@ class KnowledgeMemory:
     instead of the exact in-process index; ``vector_index_factory(dim)`` makes one when the
     lazily loaded embedder arrives (None from it: the exact index). ``graph`` restricts graph
     expansion to one named graph (a conversation's or a job's); None: the hit's own graph.
+    ``sources`` reads a tool result's archived text by its IRI (L0): with it, a recall shows,
+    beside the best facts and results, the lines of their results that answer the query
+    (``answer_lines``), not only a result's first line.
     """
 
     def __init__(self, board: Blackboard, count: Count, *, embedder: Embedder | None = None,
@@ -129,7 +137,8 @@ class KnowledgeMemory:
                  vector_index: VectorIndex | None = None,
                  vector_index_factory: Callable[[int], VectorIndex | None] | None = None,
                  settings: RecallSettings | None = None, batch_size: int = 64,
-                 graph: str | None = None, access_log: AccessLog | None = None) -> None:
+                 graph: str | None = None, access_log: AccessLog | None = None,
+                 sources: Sources | None = None) -> None:
         self.board = board
         self.access_log = access_log  # where recall's use counts persist (None: in memory)
         self.graph = graph
@@ -144,6 +153,9 @@ class KnowledgeMemory:
         self._index_factory = vector_index_factory
         self._seen: set[str] = set()
         self._sessions: dict[str, int] = {}
+        self._sources = sources
+        self._source_of: dict[str, tuple[str, str, int | None]] = {}  # item -> its result
+        self._lines = _SourceLines(sources) if sources is not None else None
         self._graph_of: dict[str, str] = {}
         self._type_of: dict[str, str] = {}
         self._order = 0
@@ -176,6 +188,9 @@ class KnowledgeMemory:
             self._seen.add(iri)
             self._graph_of[iri] = graph
             self._type_of[iri] = kind
+            source = _source_of(node)
+            if source is not None:
+                self._source_of[iri] = source
             self._pending.append(item)
             if len(self._pending) < self.batch_size:
                 return
@@ -316,7 +331,8 @@ class KnowledgeMemory:
         wall clock), so items agents keep needing rank a little higher, decaying over time."""
         self.ready()
         when = time.time() if now is None and touch else now
-        packed = self.index.recall(query, budget, now=when)
+        rows = self.index.rank(self.index.scores(query, now=when))
+        packed = pack_grouped(self._candidates(query, rows), budget, self.index.count)
         if touch and when is not None:
             self.index.touch(packed.ids, when)
             if self.access_log is not None:
@@ -325,6 +341,33 @@ class KnowledgeMemory:
                 except GlidingError as exc:  # a ranking hint: the recall still answers
                     log.warning("recall.access.unrecorded", error=exc.message)
         return packed
+
+    def _candidates(self, query: str, rows: Sequence[int]
+                    ) -> Iterator[tuple[str, str, tuple[int, int], str]]:
+        """The ranked items as packing candidates; after each of the first ``EXPAND_HITS``
+        that is a tool result or a fact read from one, that result's best lines for ``query``
+        (``answer_lines``) that no fact in the ranking holds already, under the same group."""
+        index = self.index
+        shown = {index.items[r].label for r in rows[:EXPAND_HITS * 4]}
+        opened: set[str] = set()
+        for n, row in enumerate(rows):
+            item = index.items[row]
+            yield index.candidate(row)
+            source = self._source_of.get(item.id)
+            if self._lines is None or n >= EXPAND_HITS or source is None:
+                continue
+            result, label, _line = source
+            if result in opened:
+                continue
+            opened.add(result)
+            group = (item.session, item.position)
+            header = group_header(item)
+            for number, text in self._lines.best(result, index.lexical, query):
+                tag = f"{result}#L{number}"
+                if tag in shown:
+                    continue
+                line = f"[{tag}] {label}: {text}" if label else f"[{tag}] {text}"
+                yield tag, line, group, header
 
     @_locked
     def restore_access(self) -> int:
@@ -398,6 +441,84 @@ class KnowledgeMemory:
         """Read-only SPARQL over the blackboard (validated, LIMIT added or capped), isolated:
         stopped at ``timeout_s`` and within the store's memory bound for one query."""
         return self.board.query(sparql, timeout_s=timeout_s, graph=graph)
+
+
+Sources = Callable[[str], "str | None"]
+"""A tool result's IRI -> its archived text (None: it cannot be read)."""
+EXPAND_HITS = 8  # the best items whose results are opened for their answer lines
+LINES_PER_SOURCE = 4
+LINE_CHARS = 300  # an answer line as a recall shows it
+SCAN_LINES = 5000  # lines of one result read for answer lines
+SOURCES_KEPT = 64  # results whose scored lines are kept between recalls
+
+
+def _source_of(node: Mapping[str, Any]) -> tuple[str, str, int | None] | None:
+    """(the result IRI, how it is labelled, the line) of a tool result or of a fact read from
+    one; None for anything else."""
+    if node.get("@type") == "ToolResult":
+        return str(node["@id"]), str(node.get("source") or node.get("name") or ""), None
+    parent, start = node.get("partOf"), node.get("lineStart")
+    if node.get("@type") == "Fact" and isinstance(parent, str) and "/result/" in parent:
+        return parent, str(node.get("source") or ""), start if isinstance(start, int) else None
+    return None
+
+
+class _SourceLines:
+    """The lines of archived results, read once and kept (``SOURCES_KEPT`` of them), scored
+    against a query: the answer-bearing lines of a source."""
+
+    def __init__(self, read: Sources) -> None:
+        self.read = read
+        self._kept: OrderedDict[str, list[tuple[int, str]]] = OrderedDict()
+
+    def lines(self, iri: str) -> list[tuple[int, str]]:
+        found = self._kept.get(iri)
+        if found is not None:
+            self._kept.move_to_end(iri)
+            return found
+        try:
+            text = self.read(iri)
+        except GlidingError as exc:
+            log.debug("recall.source.unreadable", iri=iri[:200], error=exc.message)
+            text = None
+        found = _numbered(text or "")
+        self._kept[iri] = found
+        if len(self._kept) > SOURCES_KEPT:
+            self._kept.popitem(last=False)
+        return found
+
+    def best(self, iri: str, lexical: Any, query: str) -> list[tuple[int, str]]:
+        """Up to ``LINES_PER_SOURCE`` lines of ``iri`` sharing the most (by idf) with
+        ``query``, at least two of its terms (one when it has fewer than three), in line
+        order."""
+        wanted = set(lexical.terms(query))
+        if not wanted:
+            return []
+        least = 1 if len(wanted) < 3 else 2
+        scored = []
+        for number, text in self.lines(iri):
+            shared = wanted.intersection(lexical.terms(text))
+            if len(shared) >= least:
+                scored.append((-sum(lexical.idf(t) for t in shared), number, text))
+        best = sorted(scored)[:LINES_PER_SOURCE]
+        return [(number, text) for _score, number, text in sorted(best, key=lambda s: s[1])]
+
+
+def _numbered(text: str) -> list[tuple[int, str]]:
+    """A result's lines as (number, text): JSON as one record a line (all numbered by the
+    line the JSON starts on), else its physical lines; blank ones left out, each collapsed and
+    cut to ``LINE_CHARS``."""
+    parsed = parse_json_output(text[:SCAN_CHARS]) if len(text) <= SCAN_CHARS else None
+    if parsed is not None:
+        start = 2 if parsed[0] else 1
+        return [(start, clip(" ".join(r.split()), LINE_CHARS))
+                for r in json_records(parsed[1], "", 0)][:SCAN_LINES]
+    out = []
+    for number, line in enumerate(text.splitlines()[:SCAN_LINES], 1):
+        line = " ".join(line[:LINE_CHARS * 4].split())
+        if line:
+            out.append((number, clip(line, LINE_CHARS)))
+    return out
 
 
 def _natural(text: str) -> tuple[Any, ...]:
