@@ -180,6 +180,50 @@ def bench_memory(
     write_result(result, out, result)
 
 
+@bench_app.command("research")
+def bench_research(
+    trajectories: list[Path] = typer.Argument(
+        ..., help="JSON-lines files of agent trajectories (format: docs/context.md, "
+                  "'The benchmark'); all of them are ingested together."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the JSON result here."),
+    questions: int = typer.Option(300, "--questions", help="Questions to draw, spread over "
+                                  "the systems."),
+    seed: int = typer.Option(7, "--seed", help="Seeds the question sampling."),
+    budget: int = typer.Option(2048, "--budget",
+                               help="Tokens (cl100k_base) of briefing plus first recall."),
+    no_vectors: bool = typer.Option(False, "--no-vectors", help="Skip the embedding model."),
+    vector_baseline: bool = typer.Option(
+        False, "--vector-baseline", help="Also rank every line by cosine (embeds them all: "
+        "minutes)."),
+    precision: str = typer.Option("auto", "--precision",
+                                  help="Embedding model precision: auto, fp32, bf16 or int8."),
+) -> None:
+    """Cross-job recall: jobs ingest the trajectories' tool results, a new job is asked for
+    lines of them; its briefing plus first recall against BM25 (and vector) lines."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from gliding.bench.research import run_research_bench, summary_line
+
+    settings = settings_of()
+    bounded("--questions", questions, 1, 100_000)
+    bounded("--budget", budget, 1, 1_000_000)
+    chosen = _precision(precision)
+    memory = settings.memory
+    settings = settings.model_copy(update={"memory": memory.model_copy(update={
+        "vectors": memory.vectors.model_copy(update={"precision": chosen})})})
+    result = run_research_bench(trajectories, questions=questions, seed=seed, budget=budget,
+                                vectors=not no_vectors, vector_baseline=vector_baseline,
+                                settings=settings,
+                                progress=lambda line: say(line, event="bench.progress"))
+    if out:
+        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        typer.echo(summary_line(result))
+    else:  # stdout stays JSON
+        typer.echo(json.dumps(result, indent=2))
+        say(summary_line(result), event="bench.summary")
+
+
 @bench_app.command("coherence")
 def bench_coherence(
     processes: int = typer.Option(4, "--processes", help="Client processes per mode."),
