@@ -317,7 +317,8 @@ class HybridRecall:
 
     @staticmethod
     def index_text(item: MemoryItem) -> str:
-        return f"{item.speaker}: {item.text}" if item.speaker else item.text
+        head = item.speaker or item.source
+        return f"{head}: {item.text}" if head else item.text
 
     def restore_access(self, stats: Mapping[str, tuple[int, float]]) -> int:
         """Take up recorded ``(count, last)`` of items (``access_log``); unknown ids are left

@@ -53,6 +53,7 @@ from gliding.memory.board.blackboard import (
 from gliding.memory.board.vocabulary import NS
 from gliding.memory.recall.access_log import AccessLog
 from gliding.memory.recall.hybrid import Count, HybridRecall, MemoryItem, Packed, RecallSettings
+from gliding.memory.recall.lexical import BM25Index
 from gliding.memory.recall.packing import group_header, pack_grouped
 from gliding.memory.recall.vectors import (
     Embedder,
@@ -156,6 +157,8 @@ class KnowledgeMemory:
         self._sources = sources
         self._source_of: dict[str, tuple[str, str, int | None]] = {}  # item -> its result
         self._lines = _SourceLines(sources) if sources is not None else None
+        self._unread: list[tuple[str, str]] = []  # results whose lines are not indexed yet
+        self._line_index = _LineIndex()
         self._graph_of: dict[str, str] = {}
         self._type_of: dict[str, str] = {}
         self._order = 0
@@ -191,6 +194,8 @@ class KnowledgeMemory:
             source = _source_of(node)
             if source is not None:
                 self._source_of[iri] = source
+                if kind == "ToolResult" and self._lines is not None:
+                    self._unread.append((iri, source[1]))
             self._pending.append(item)
             if len(self._pending) < self.batch_size:
                 return
@@ -277,6 +282,9 @@ class KnowledgeMemory:
         texts = [str(node[k]) for k in TEXT_KEYS if isinstance(node.get(k), str) and node[k]]
         if node.get("@type") == "Turn" and "text" in node:
             texts = [str(node["text"])]  # a turn's name is its id, not content
+        shown = str(node.get("source") or "")
+        if node.get("@type") == "ToolResult" and shown:
+            texts, shown = [shown, *texts], ""  # the result is found by its source too
         text = ""
         for part in dict.fromkeys(texts):  # a tool's name is usually in its summary already
             if part not in text:
@@ -298,7 +306,7 @@ class KnowledgeMemory:
                                             else "")
         return MemoryItem(
             id=iri, text=text, session=session, date=_node_date(node),
-            speaker=str(node.get("source") or node.get("role") or ""),
+            speaker=str(node.get("role") or ""), source=shown,
             position=int(position) if isinstance(position, int) else self._order,
             importance=(float(node["importance"]) if isinstance(node.get("importance"),
                                                                 int | float) else None),
@@ -322,6 +330,15 @@ class KnowledgeMemory:
                                     error=f"{type(exc).__name__}: {exc}",
                                     using="lexical and graph recall")
             self.flush()
+            self._index_lines()
+
+    def _index_lines(self) -> None:
+        """Index the lines of the results observed since the last recall (read from L0)."""
+        unread, self._unread = self._unread, []
+        if self._lines is None:
+            return
+        for result, label in unread:
+            self._line_index.add(result, label, self._lines.lines(result))
 
     @_locked
     def recall(self, query: str, budget: int, *, now: float | None = None,
@@ -348,12 +365,16 @@ class KnowledgeMemory:
         that is a tool result or a fact read from one, that result's best lines for ``query``
         (``answer_lines``) that no fact in the ranking holds already, under the same group."""
         index = self.index
+        if LINE_WEIGHT > 0 and len(self._line_index):
+            rows = list(rows)
+            yield from self._merged(query, rows)
+            return
         shown = {index.items[r].label for r in rows[:EXPAND_HITS * 4]}
         opened: set[str] = set()
         for n, row in enumerate(rows):
             item = index.items[row]
-            yield index.candidate(row)
             source = self._source_of.get(item.id)
+            yield index.candidate(row)
             if self._lines is None or n >= EXPAND_HITS or source is None:
                 continue
             result, label, _line = source
@@ -368,6 +389,44 @@ class KnowledgeMemory:
                     continue
                 line = f"[{tag}] {label}: {text}" if label else f"[{tag}] {text}"
                 yield tag, line, group, header
+
+    def _merged(self, query: str, rows: list[int]
+                ) -> Iterator[tuple[str, str, tuple[int, int], str]]:
+        """The ranked items and the best lines of every result seen (BM25 over lines), in
+        one order: each scaled by its own best score, a line by ``LINE_WEIGHT``."""
+        index = self.index
+        scores = index.scores(query) if rows else None
+        top = float(scores[rows[0]]) if scores is not None and rows else 0.0
+        lines = self._line_index.best(query, LINE_CANDIDATES)
+        best_line = lines[0][0] if lines else 0.0
+        queue: list[tuple[float, int, Any]] = []
+        for n, row in enumerate(rows):
+            value = float(scores[row]) / top if scores is not None and top > 0 else 0.0
+            queue.append((-value, n, row))
+        for n, (score, result, number, label, text) in enumerate(lines):
+            queue.append((-LINE_WEIGHT * score / best_line, len(rows) + n,
+                          (result, number, label, text)))
+        queue.sort(key=lambda q: (q[0], q[1]))
+        said: set[str] = set()  # the lines given so far, as facts or as lines
+        for _score, _n, what in queue:
+            if isinstance(what, int):
+                tag = index.items[what].label
+                if "#L" in tag and tag in said:
+                    continue
+                said.add(tag)
+                yield index.candidate(what)
+                continue
+            result, number, label, text = what
+            tag = f"{result}#L{number}"
+            if tag in said:
+                continue
+            said.add(tag)
+            at = index._row.get(result)
+            group = (index.items[at].session, index.items[at].position) if at is not None \
+                else (0, 0)
+            header = group_header(index.items[at]) if at is not None else ""
+            yield tag, (f"[{tag}] {label}: {text}" if label else f"[{tag}] {text}"), group, \
+                header
 
     @_locked
     def restore_access(self) -> int:
@@ -446,6 +505,9 @@ class KnowledgeMemory:
 Sources = Callable[[str], "str | None"]
 """A tool result's IRI -> its archived text (None: it cannot be read)."""
 EXPAND_HITS = 8  # the best items whose results are opened for their answer lines
+LINES_INDEXED = 200_000  # lines of results a process indexes for recall, at most
+LINE_CANDIDATES = 200  # best lines a recall merges with the ranked items
+LINE_WEIGHT = 1.5  # a result's best line against the best item (bench research: 1.5 and 3 tie)
 LINES_PER_SOURCE = 4
 LINE_CHARS = 300  # an answer line as a recall shows it
 SCAN_LINES = 5000  # lines of one result read for answer lines
@@ -461,6 +523,35 @@ def _source_of(node: Mapping[str, Any]) -> tuple[str, str, int | None] | None:
     if node.get("@type") == "Fact" and isinstance(parent, str) and "/result/" in parent:
         return parent, str(node.get("source") or ""), start if isinstance(start, int) else None
     return None
+
+
+class _LineIndex:
+    """BM25 over every line of the results recall has seen, up to ``LINES_INDEXED`` lines."""
+
+    def __init__(self) -> None:
+        self.index = BM25Index()
+        self.where: list[tuple[str, int, str, str]] = []  # (result, line, label, text)
+        self.full = False
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def add(self, result: str, label: str, lines: list[tuple[int, str]]) -> None:
+        room = LINES_INDEXED - len(self.where)
+        if room <= 0:
+            if not self.full:
+                log.info("recall.lines.full", lines=len(self.where))
+                self.full = True
+            return
+        lines = lines[:room]
+        start = len(self.where)
+        context = f"{label}: " if label else ""  # a line is found by its source too
+        self.index.add([str(start + n) for n in range(len(lines))],
+                       [context + t for _, t in lines])
+        self.where += [(result, number, label, text) for number, text in lines]
+
+    def best(self, query: str, k: int) -> list[tuple[float, str, int, str, str]]:
+        return [(score, *self.where[int(doc)]) for doc, score in self.index.search(query, k)]
 
 
 class _SourceLines:

@@ -28,6 +28,8 @@ class MemoryItem:
     position: int = 0
     importance: float | None = None
     label: str = ""  # what the packed line shows in brackets; "" shows the id
+    source: str = ""  # where it was read (a fact's tool and argument): shown and indexed
+    # like a speaker's name, but not a speaker
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,8 @@ def format_line(item: MemoryItem, *, dated: bool = True) -> str:
     """``[D3:7] Melanie (8 May 2023): text`` — speaker and date only when known (``dated``
     False leaves the date to a group header, see ``pack_grouped``)."""
     head = f"[{item.label or item.id}]"
-    if item.speaker:
-        head += f" {item.speaker}"
+    if item.speaker or item.source:
+        head += f" {item.speaker or item.source}"
     if item.date and dated:
         head += f" ({format_date(item.date)})"
     return f"{head}: {' '.join(item.text.split())}"
