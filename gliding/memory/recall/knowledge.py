@@ -30,7 +30,6 @@ import functools
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -128,9 +127,9 @@ class KnowledgeMemory:
     instead of the exact in-process index; ``vector_index_factory(dim)`` makes one when the
     lazily loaded embedder arrives (None from it: the exact index). ``graph`` restricts graph
     expansion to one named graph (a conversation's or a job's); None: the hit's own graph.
-    ``sources`` reads a tool result's archived text by its IRI (L0): with it, a recall shows,
-    beside the best facts and results, the lines of their results that answer the query
-    (``answer_lines``), not only a result's first line.
+    ``sources`` reads a tool result's archived text by its IRI (L0): with it, every line of
+    every result seen is indexed too (``_LineIndex``), and a recall merges the best lines with
+    the ranked items: the answer-bearing lines of a source, not only its first line.
     """
 
     def __init__(self, board: Blackboard, count: Count, *, embedder: Embedder | None = None,
@@ -155,8 +154,6 @@ class KnowledgeMemory:
         self._seen: set[str] = set()
         self._sessions: dict[str, int] = {}
         self._sources = sources
-        self._source_of: dict[str, tuple[str, str, int | None]] = {}  # item -> its result
-        self._lines = _SourceLines(sources) if sources is not None else None
         self._unread: list[tuple[str, str]] = []  # results whose lines are not indexed yet
         self._line_index = _LineIndex()
         self._graph_of: dict[str, str] = {}
@@ -191,11 +188,8 @@ class KnowledgeMemory:
             self._seen.add(iri)
             self._graph_of[iri] = graph
             self._type_of[iri] = kind
-            source = _source_of(node)
-            if source is not None:
-                self._source_of[iri] = source
-                if kind == "ToolResult" and self._lines is not None:
-                    self._unread.append((iri, source[1]))
+            if kind == "ToolResult" and self._sources is not None:
+                self._unread.append((iri, str(node.get("source") or node.get("name") or "")))
             self._pending.append(item)
             if len(self._pending) < self.batch_size:
                 return
@@ -335,10 +329,15 @@ class KnowledgeMemory:
     def _index_lines(self) -> None:
         """Index the lines of the results observed since the last recall (read from L0)."""
         unread, self._unread = self._unread, []
-        if self._lines is None:
+        if self._sources is None:
             return
         for result, label in unread:
-            self._line_index.add(result, label, self._lines.lines(result))
+            try:
+                text = self._sources(result)
+            except GlidingError as exc:
+                log.debug("recall.source.unreadable", iri=result[:200], error=exc.message)
+                text = None
+            self._line_index.add(result, label, _numbered(text or ""))
 
     @_locked
     def recall(self, query: str, budget: int, *, now: float | None = None,
@@ -349,7 +348,9 @@ class KnowledgeMemory:
         self.ready()
         when = time.time() if now is None and touch else now
         rows = self.index.rank(self.index.scores(query, now=when))
-        packed = pack_grouped(self._candidates(query, rows), budget, self.index.count)
+        candidates = (self._merged(query, rows) if len(self._line_index)
+                      else (self.index.candidate(row) for row in rows))
+        packed = pack_grouped(candidates, budget, self.index.count)
         if touch and when is not None:
             self.index.touch(packed.ids, when)
             if self.access_log is not None:
@@ -358,37 +359,6 @@ class KnowledgeMemory:
                 except GlidingError as exc:  # a ranking hint: the recall still answers
                     log.warning("recall.access.unrecorded", error=exc.message)
         return packed
-
-    def _candidates(self, query: str, rows: Sequence[int]
-                    ) -> Iterator[tuple[str, str, tuple[int, int], str]]:
-        """The ranked items as packing candidates; after each of the first ``EXPAND_HITS``
-        that is a tool result or a fact read from one, that result's best lines for ``query``
-        (``answer_lines``) that no fact in the ranking holds already, under the same group."""
-        index = self.index
-        if LINE_WEIGHT > 0 and len(self._line_index):
-            rows = list(rows)
-            yield from self._merged(query, rows)
-            return
-        shown = {index.items[r].label for r in rows[:EXPAND_HITS * 4]}
-        opened: set[str] = set()
-        for n, row in enumerate(rows):
-            item = index.items[row]
-            source = self._source_of.get(item.id)
-            yield index.candidate(row)
-            if self._lines is None or n >= EXPAND_HITS or source is None:
-                continue
-            result, label, _line = source
-            if result in opened:
-                continue
-            opened.add(result)
-            group = (item.session, item.position)
-            header = group_header(item)
-            for number, text in self._lines.best(result, index.lexical, query):
-                tag = f"{result}#L{number}"
-                if tag in shown:
-                    continue
-                line = f"[{tag}] {label}: {text}" if label else f"[{tag}] {text}"
-                yield tag, line, group, header
 
     def _merged(self, query: str, rows: list[int]
                 ) -> Iterator[tuple[str, str, tuple[int, int], str]]:
@@ -504,25 +474,11 @@ class KnowledgeMemory:
 
 Sources = Callable[[str], "str | None"]
 """A tool result's IRI -> its archived text (None: it cannot be read)."""
-EXPAND_HITS = 8  # the best items whose results are opened for their answer lines
 LINES_INDEXED = 200_000  # lines of results a process indexes for recall, at most
 LINE_CANDIDATES = 200  # best lines a recall merges with the ranked items
 LINE_WEIGHT = 1.5  # a result's best line against the best item (bench research: 1.5 and 3 tie)
-LINES_PER_SOURCE = 4
 LINE_CHARS = 300  # an answer line as a recall shows it
-SCAN_LINES = 5000  # lines of one result read for answer lines
-SOURCES_KEPT = 64  # results whose scored lines are kept between recalls
-
-
-def _source_of(node: Mapping[str, Any]) -> tuple[str, str, int | None] | None:
-    """(the result IRI, how it is labelled, the line) of a tool result or of a fact read from
-    one; None for anything else."""
-    if node.get("@type") == "ToolResult":
-        return str(node["@id"]), str(node.get("source") or node.get("name") or ""), None
-    parent, start = node.get("partOf"), node.get("lineStart")
-    if node.get("@type") == "Fact" and isinstance(parent, str) and "/result/" in parent:
-        return parent, str(node.get("source") or ""), start if isinstance(start, int) else None
-    return None
+SCAN_LINES = 5000  # lines of one result indexed
 
 
 class _LineIndex:
@@ -552,47 +508,6 @@ class _LineIndex:
 
     def best(self, query: str, k: int) -> list[tuple[float, str, int, str, str]]:
         return [(score, *self.where[int(doc)]) for doc, score in self.index.search(query, k)]
-
-
-class _SourceLines:
-    """The lines of archived results, read once and kept (``SOURCES_KEPT`` of them), scored
-    against a query: the answer-bearing lines of a source."""
-
-    def __init__(self, read: Sources) -> None:
-        self.read = read
-        self._kept: OrderedDict[str, list[tuple[int, str]]] = OrderedDict()
-
-    def lines(self, iri: str) -> list[tuple[int, str]]:
-        found = self._kept.get(iri)
-        if found is not None:
-            self._kept.move_to_end(iri)
-            return found
-        try:
-            text = self.read(iri)
-        except GlidingError as exc:
-            log.debug("recall.source.unreadable", iri=iri[:200], error=exc.message)
-            text = None
-        found = _numbered(text or "")
-        self._kept[iri] = found
-        if len(self._kept) > SOURCES_KEPT:
-            self._kept.popitem(last=False)
-        return found
-
-    def best(self, iri: str, lexical: Any, query: str) -> list[tuple[int, str]]:
-        """Up to ``LINES_PER_SOURCE`` lines of ``iri`` sharing the most (by idf) with
-        ``query``, at least two of its terms (one when it has fewer than three), in line
-        order."""
-        wanted = set(lexical.terms(query))
-        if not wanted:
-            return []
-        least = 1 if len(wanted) < 3 else 2
-        scored = []
-        for number, text in self.lines(iri):
-            shared = wanted.intersection(lexical.terms(text))
-            if len(shared) >= least:
-                scored.append((-sum(lexical.idf(t) for t in shared), number, text))
-        best = sorted(scored)[:LINES_PER_SOURCE]
-        return [(number, text) for _score, number, text in sorted(best, key=lambda s: s[1])]
 
 
 def _numbered(text: str) -> list[tuple[int, str]]:
