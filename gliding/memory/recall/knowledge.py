@@ -7,7 +7,9 @@ the coherence directory or the pass-through, the one write path of ingestion —
 remembered as a recall item when its type carries content worth recalling
 (``RECALLED_TYPES``), so nothing is indexed that is not in the graph. Items are embedded in
 batches: observed nodes are buffered and ``flush`` (called before every recall, and whenever
-``batch_size`` items are waiting) embeds them at once.
+``batch_size`` items are waiting) embeds them at once. Bigger batches embed faster (texts of
+a length are padded together): LoCoMo dev through the whole ingestion path, bf16, 256 items a
+batch ~240 turns/s where 64 gave ~170.
 
 Recall (``recall(query, budget)``) is ``HybridRecall`` (``recall.py``) with the graph wired in:
 its entity step asks the blackboard, with one SPARQL query, which other items share a rare
@@ -136,7 +138,7 @@ class KnowledgeMemory:
                  embedder_factory: Callable[[], Embedder | None] | None = None,
                  vector_index: VectorIndex | None = None,
                  vector_index_factory: Callable[[int], VectorIndex | None] | None = None,
-                 settings: RecallSettings | None = None, batch_size: int = 64,
+                 settings: RecallSettings | None = None, batch_size: int = 256,
                  graph: str | None = None, access_log: AccessLog | None = None,
                  sources: Sources | None = None) -> None:
         self.board = board
