@@ -48,7 +48,7 @@ from typing import Any
 
 from gliding.core.ids import new_call_id
 from gliding.core.iri import result_iri, turn_iri
-from gliding.core.records import json_records, parse_json_output
+from gliding.core.records import parse_json_output, result_lines
 from gliding.core.text import one_line
 
 RULE = re.sub(r"\s+", " ", """
@@ -180,12 +180,8 @@ def arguments_of(tool: str, given: Any) -> dict[str, Any]:
 
 def units(output: str) -> list[str]:
     """The lines a result is asked about and a baseline ranks (see the module docstring)."""
-    parsed = parse_json_output(output)
-    if parsed is not None:
-        lines = list(json_records(parsed[1], "", 0))
-    else:
-        lines = [PREFIX.sub("", line, count=1) for line in output.splitlines()]
-    return [s for line in lines if (s := line.strip())]
+    lines = result_lines(output, parse_json_output(output), PREFIX)
+    return [s for _, line in lines if (s := line.strip())]
 
 
 def words(text: str) -> list[str]:

@@ -30,6 +30,10 @@ The four answers (plan, artifact, check_report, decision) share the fields of ``
 supervisor correlates them by these and ignores anything else), how the agent's session ended
 (``status``, ``error``), what it spent (``turns``, ``usage``) and one line per turn (``lines``).
 
+The archive and knowledge requests share the fields of ``Request`` (``id``, ``job``, ``worker``,
+``op``, ``args``), their replies those of ``Reply`` (``id``, ``ok``, ``result``, ``code``,
+``error``).
+
 ``BusMessage`` is their union; ``to_json`` / ``from_json`` give the wire form that network
 backends send. The models are frozen; their dict and list fields are shared, not copied, between
 in-process subscribers, so receivers must not mutate them.
@@ -308,54 +312,56 @@ class Heartbeat(_Message):
     free: NonNegativeInt = 0  # assignments it could take now
 
 
-ArchiveOp = Literal["put", "put_turn", "find", "read_text", "warm", "calls"]
+class Request(_Message):
+    """Worker -> the job's process: operation ``op`` with ``args``, answered by a Reply of the
+    same ``id`` on the worker's own topic (``bus/rpc.py``). Each kind narrows ``type`` and
+    ``op``; declaring them here keeps the fields in wire order."""
 
-
-class ArchiveRequest(_Message):
-    """One ``ArchivePort`` call of a worker's agent, for the job's process to carry out."""
-
-    type: Literal["archive_request"] = "archive_request"
+    type: str
     id: str
     job: str
     worker: str
-    op: ArchiveOp
+    op: str
     args: dict[str, Any] = Field(default_factory=dict)
 
 
-class ArchiveReply(_Message):
+class Reply(_Message):
     """The answer to the request ``id``: ``result`` (JSON values) or an error's code and text."""
 
-    type: Literal["archive_reply"] = "archive_reply"
+    type: str
     id: str
     ok: bool
     result: Any = None
     code: str = ""
     error: str = ""
+
+
+ArchiveOp = Literal["put", "put_turn", "find", "read_text", "warm", "calls"]
+
+
+class ArchiveRequest(Request):
+    """One ``ArchivePort`` call of a worker's agent, for the job's process to carry out."""
+
+    type: Literal["archive_request"] = "archive_request"
+    op: ArchiveOp
+
+
+class ArchiveReply(Reply):
+    type: Literal["archive_reply"] = "archive_reply"
 
 
 KnowledgeOp = Literal["ping", "recall", "search", "query"]
 
 
-class KnowledgeRequest(_Message):
+class KnowledgeRequest(Request):
     """One long-term memory call of a worker's agent, for the job's process to answer."""
 
     type: Literal["knowledge_request"] = "knowledge_request"
-    id: str
-    job: str
-    worker: str
     op: KnowledgeOp
-    args: dict[str, Any] = Field(default_factory=dict)
 
 
-class KnowledgeReply(_Message):
-    """The answer to the request ``id``: ``result`` (JSON values) or an error's code and text."""
-
+class KnowledgeReply(Reply):
     type: Literal["knowledge_reply"] = "knowledge_reply"
-    id: str
-    ok: bool
-    result: Any = None
-    code: str = ""
-    error: str = ""
 
 
 CoherenceKind = Literal[
@@ -395,6 +401,9 @@ BusMessage = Annotated[
 
 AnswerMsg = PlanMsg | ArtifactMsg | CheckReportMsg | DecisionMsg
 """What an agent answers an Assignment with."""
+
+ReplyMsg = ArchiveReply | KnowledgeReply
+"""What the process of a job answers a worker's Request with."""
 
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Assignment,

@@ -1,11 +1,13 @@
-"""JSON tool output as lines: one line per record, the rule the context engine's previews, the
-blackboard's facts and the benchmarks share.
+"""Tool output as lines: one line per JSON record, the rule the context engine's previews, the
+blackboard's facts, recall and the benchmarks share.
 
 ``parse_json_output`` tells whether an output is JSON (or JSON under one heading line of its
 own); ``json_records`` renders it as one line per object with scalar fields, ``key=value``
 joined by ", ", nested objects' scalars as dotted keys, identifier-like keys (``order_id``,
 ``orderId``) first, so an id or a number stays on the line of the record it belongs to.
-Pure functions; a hostile key (newlines, huge) cannot make extra lines.
+``result_lines`` numbers the lines of any result as ``read_result`` reads them back: JSON's
+records, else the physical lines. Pure functions; a hostile key (newlines, huge) cannot make
+extra lines.
 """
 
 from __future__ import annotations
@@ -80,6 +82,26 @@ def json_records(data: Any, path: str, depth: int) -> Iterator[str]:
             yield f"{where}: {text}" if where else text
             count += 1
         stack.extend(reversed(later))
+
+
+def result_lines(output: str, parsed: tuple[str, Any] | None,
+                 prefix: re.Pattern[str] | None = None,
+                 cut: int | None = None) -> Iterator[tuple[int, str]]:
+    """The lines of a tool result as (number, text), numbered as ``read_result`` reads them back
+    (``line_start``, an IRI's ``#L12``): with ``parsed`` (``parse_json_output(output)``, or None
+    to read the output as text) one line per JSON record, every one numbered by the line the
+    JSON starts on (2 under a heading line, else 1); else the physical lines of ``output``
+    (``str.splitlines``) from 1, each with ``prefix`` (a display line number such as ``  12\\t``)
+    taken off. Each line is cut to ``cut`` characters first, so no pattern reads a long one;
+    blank lines stay, and whitespace is left for the caller to strip or collapse."""
+    if parsed is not None:
+        start = 2 if parsed[0] else 1
+        for record in json_records(parsed[1], "", 0):
+            yield start, record[:cut]
+        return
+    for number, line in enumerate(output.splitlines(), 1):
+        line = line[:cut]
+        yield number, prefix.sub("", line, count=1) if prefix is not None else line
 
 
 def _scalar(value: Any) -> str:

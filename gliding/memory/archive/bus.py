@@ -9,8 +9,8 @@ Exactly once. Every write is idempotent in the archive itself: ``put`` of an IRI
 same bytes is a no-op, and so is a ``put_turn`` whose turn is archived already (the port checks
 and writes the turn and its ledger row in one transaction, so the row is there too).
 A request whose reply does not come within ``timeout_s`` is therefore simply sent again, up to
-``tries`` times, and what the worker wrote reaches the archive once however often it was sent.
-Reads (``find``, ``read_text``, ``calls``) are repeated the same way.
+``tries`` times (``bus/rpc.py``), and what the worker wrote reaches the archive once however
+often it was sent. Reads (``find``, ``read_text``, ``calls``) are repeated the same way.
 
 The server answers for its own job only: reads of another job's items are refused
 (NotFoundError), so a broker client cannot read the data directory through it; writes are
@@ -25,20 +25,17 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import itertools
-import secrets
 from collections.abc import Sequence
 from typing import Any
 
 import anyio
-import structlog
 
 from gliding.bus import topics
 from gliding.bus.messages import ArchiveOp, ArchiveReply, ArchiveRequest
 from gliding.bus.port import Bus
-from gliding.bus.replies import Replies
+from gliding.bus.rpc import RequestClient, RequestServer, Service
 from gliding.core.iri import parse_iri
-from gliding.errors import ArchiveError, GlidingError, IRIError, NotFoundError
+from gliding.errors import ArchiveError, IRIError, NotFoundError
 from gliding.memory.archive.port import (
     READ_CACHE_BYTES,
     CacheStats,
@@ -48,12 +45,12 @@ from gliding.memory.archive.port import (
 )
 from gliding.memory.archive.records import DEFAULT_MEDIA_TYPE, ArchivedItem, CallRecord
 
-log = structlog.get_logger("gliding.memory")
-
 TIMEOUT_S = 10.0  # one try of a request
 TRIES = 3
-_ERRORS: dict[str, type[GlidingError]] = {
-    NotFoundError.code: NotFoundError, IRIError.code: IRIError, ArchiveError.code: ArchiveError}
+_ARCHIVE = Service(
+    name="archive", request=ArchiveRequest, reply=ArchiveReply,
+    requests=topics.archive_requests, replies=topics.archive_replies, error=ArchiveError,
+    errors={e.code: e for e in (NotFoundError, IRIError, ArchiveError)}, asked="an archive {op}")
 
 
 def _b64(data: bytes) -> str:
@@ -72,85 +69,31 @@ def _item_from(data: dict[str, Any]) -> ArchivedItem:
                            else base64.b64decode(content)})
 
 
-class BusArchive:
+class BusArchive(RequestClient[ArchiveOp]):
     """``ArchivePort`` of job ``job`` for an agent on worker ``worker``, over ``bus``.
 
     Use inside ``async with BusArchive(...) as archive:`` (it listens for its replies)."""
 
     def __init__(self, bus: Bus, job: str, worker: str, *, timeout_s: float = TIMEOUT_S,
                  tries: int = TRIES, cache_bytes: int = READ_CACHE_BYTES) -> None:
-        self.bus = bus
-        self._job = job
-        self.worker = worker
-        self.timeout_s = timeout_s
-        self.tries = tries
+        super().__init__(_ARCHIVE, bus, job, worker, timeout_s=timeout_s, tries=tries)
         self.read_cache = ReadCache(cache_bytes)
         self.cache_stats = CacheStats()
-        self._ids = itertools.count()
-        self._prefix = secrets.token_hex(4)
-        self._replies = Replies[str, ArchiveReply]()
-        self._tg: Any = None
-
-    @property
-    def job(self) -> str:
-        return self._job
-
-    async def __aenter__(self) -> BusArchive:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        await self._tg.start(self._listen)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._tg.cancel_scope.cancel()
-        await self._tg.__aexit__(None, None, None)
-
-    async def _listen(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        async with self.bus.subscribe(topics.archive_replies(self.worker),
-                                      max_buffer=1000) as replies:
-            task_status.started()
-            while True:
-                _topic, reply = await replies.receive()
-                if isinstance(reply, ArchiveReply):
-                    self._replies.deliver(reply.id, reply)
-
-    async def _call(self, op: ArchiveOp, **args: Any) -> Any:
-        rid = f"{self.worker}-{self._prefix}-{next(self._ids)}"
-        request = ArchiveRequest(id=rid, job=self._job, worker=self.worker, op=op, args=args)
-        self._replies.expect(rid)
-        reply = None
-        try:
-            for attempt in range(1, self.tries + 1):
-                await self.bus.publish(topics.archive_requests(self._job), request)
-                reply = await self._replies.wait(rid, self.timeout_s)
-                if reply is not None:
-                    break
-                log.warning("archive.request.retry", job=self._job, op=op, attempt=attempt)
-        finally:
-            self._replies.forget(rid)
-        if reply is None:
-            raise ArchiveError(
-                f"the process of job {self._job} did not answer an archive {op} "
-                f"within {self.tries} x {self.timeout_s:g}s",
-                hint="is the job still running (gliding status) and the broker reachable?")
-        if not reply.ok:
-            raise _ERRORS.get(reply.code, ArchiveError)(reply.error)
-        return reply.result
 
     async def put(self, iri: str, content: bytes | str, *, kind: str,
                   media_type: str = DEFAULT_MEDIA_TYPE, meta: dict[str, Any] | None = None
                   ) -> None:
         data = content.encode("utf-8") if isinstance(content, str) else content
-        await self._call("put", iri=iri, content=_b64(data), kind=kind, media_type=media_type,
-                         meta=meta or {})
+        await self.call("put", iri=iri, content=_b64(data), kind=kind, media_type=media_type,
+                        meta=meta or {})
 
     async def put_turn(self, iri: str, body: str, meta: dict[str, Any],
                        call: CallRecord) -> None:
-        await self._call("put_turn", iri=iri, body=body, meta=meta,
-                         call=dataclasses.asdict(call))
+        await self.call("put_turn", iri=iri, body=body, meta=meta,
+                        call=dataclasses.asdict(call))
 
     async def find(self, iri: str) -> ArchivedItem | None:
-        found = await self._call("find", iri=iri)
+        found = await self.call("find", iri=iri)
         return None if found is None else _item_from(found)
 
     async def read_text(self, iri: str) -> str:
@@ -160,64 +103,34 @@ class BusArchive:
             self.cache_stats.hits += 1
             return cached
         self.cache_stats.misses += 1
-        result = await self._call("read_text", iri=iri)
+        result = await self.call("read_text", iri=iri)
         text, size = str(result["text"]), result.get("cache_size")
         if isinstance(size, int):
             self.read_cache.put(key, text, size)
         return text
 
     async def warm(self, iris: Sequence[str]) -> int:
-        wanted = [key for key in dict.fromkeys(own_item(i, self._job) for i in iris)
+        wanted = [key for key in dict.fromkeys(own_item(i, self.job) for i in iris)
                   if key is not None and key not in self.read_cache]
         if not wanted:
             return 0
-        loaded = await self._call("warm", iris=wanted)
+        loaded = await self.call("warm", iris=wanted)
         added = sum(self.read_cache.put(key, text, size) for key, text, size in loaded)
         self.cache_stats.warmed += added
         return added
 
     async def calls(self) -> list[CallRecord]:
-        return [CallRecord(**row) for row in await self._call("calls")]
+        return [CallRecord(**row) for row in await self.call("calls")]
 
 
-class ArchiveServer:
+class ArchiveServer(RequestServer[ArchiveRequest]):
     """Answers the archive requests of job ``port.job`` from workers, over ``bus``."""
 
     def __init__(self, bus: Bus, port: LocalArchive, *, concurrency: int = 8) -> None:
-        self.bus = bus
+        super().__init__(_ARCHIVE, bus, port.job, concurrency=concurrency)
         self.port = port
-        self._slots = anyio.Semaphore(concurrency)
-        self.served = 0
 
-    async def serve(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until cancelled."""
-        job = self.port.job
-        async with self.bus.subscribe(topics.archive_requests(job), max_buffer=1000) as inbox, \
-                anyio.create_task_group() as tg:
-            task_status.started()
-            while True:
-                _topic, request = await inbox.receive()
-                if not isinstance(request, ArchiveRequest) or request.job != job:
-                    continue
-                await self._slots.acquire()
-                tg.start_soon(self._answer, request)
-
-    async def _answer(self, request: ArchiveRequest) -> None:
-        try:
-            try:
-                reply = ArchiveReply(id=request.id, ok=True, result=await self._do(request))
-            except GlidingError as exc:
-                reply = ArchiveReply(id=request.id, ok=False, code=exc.code,
-                                     error=exc.message)
-            except (KeyError, TypeError, ValueError) as exc:  # a malformed request
-                reply = ArchiveReply(id=request.id, ok=False, code=ArchiveError.code,
-                                     error=f"bad archive request {request.op}: {exc}")
-            self.served += 1
-            await self.bus.publish(topics.archive_replies(request.worker), reply)
-        finally:
-            self._slots.release()
-
-    async def _do(self, r: ArchiveRequest) -> Any:
+    async def handle(self, r: ArchiveRequest) -> Any:
         a, port = r.args, self.port
         if r.op in ("find", "read_text") and parse_iri(str(a["iri"])).job != port.job:
             # a worker reads this job only: earlier jobs' items stay behind the daemon's token

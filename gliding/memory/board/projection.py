@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,7 +193,7 @@ def render_framed(nodes: list[dict[str, Any]], terms: list[str], budget_tokens: 
     """One short line per framed node — its text, then where it comes from and the IRI its
     full source reads back from — those naming the most focus terms first, within the
     budget."""
-    lines: list[tuple[int, str, str]] = []
+    ranked: list[tuple[int, str, str]] = []
     for node in nodes:
         text = " ".join(str(_first(node.get("text")) or "").split())
         if not text:
@@ -201,14 +201,25 @@ def render_framed(nodes: list[dict[str, Any]], terms: list[str], budget_tokens: 
         origin = _origin(node)
         line = f"- {text}" + (f" ({origin})" if origin else "")
         low = f"{text} {_first(node.get('source')) or ''}".lower()
-        lines.append((-sum(t in low for t in terms), str(node.get("@id")), line))
+        ranked.append((-sum(t in low for t in terms), str(node.get("@id")), line))
+    return _within(((iri, line) for _rank, iri, line in sorted(ranked)), budget_tokens, count,
+                   fill=True)
+
+
+def _within(lines: Iterable[tuple[str, str]], budget_tokens: int,
+            count: Callable[[str], int], *, fill: bool) -> tuple[str, frozenset[str]]:
+    """``lines`` (the IRI each shows, its text) in order while their tokens, one more each for
+    the line end, fit ``budget_tokens``: the first that does not fit ends the text, or with
+    ``fill`` is passed over for later ones that do. Returns the text and the IRIs it shows."""
     out: list[str] = []
     used: set[str] = set()
     total = 0
-    for _rank, iri, line in sorted(lines):
+    for iri, line in lines:
         cost = count(line) + 1
         if total + cost > budget_tokens:
-            continue
+            if fill:
+                continue
+            break
         out.append(line)
         used.add(iri)
         total += cost
@@ -331,19 +342,12 @@ def render(triples: list[Triple], budget_tokens: int,
         value = t.object.iri if isinstance(t.object, Ref) else str(getattr(t.object, "value",
                                                                            t.object))
         props.setdefault(name, []).append(value)
-    lines: list[str] = []
-    used: set[str] = set()
-    total = 0
-    for iri in sorted(nodes):
-        props = nodes[iri]
-        kind = (props.pop("type", ["?"])[0]).rsplit("#", 1)[-1]
-        props.pop("partOf", None)
-        body = "; ".join(f"{k}={' | '.join(v)[:200]}" for k, v in sorted(props.items()))
-        line = f"{kind} <{iri}>: {body}"
-        cost = count(line) + 1
-        if total + cost > budget_tokens:
-            break
-        lines.append(line)
-        used.add(iri)
-        total += cost
-    return "\n".join(lines), frozenset(used)
+    return _within(((iri, _plain_line(iri, nodes[iri])) for iri in sorted(nodes)),
+                   budget_tokens, count, fill=False)
+
+
+def _plain_line(iri: str, props: Mapping[str, list[str]]) -> str:
+    kind = props.get("type", ["?"])[0].rsplit("#", 1)[-1]
+    body = "; ".join(f"{k}={' | '.join(v)[:200]}" for k, v in sorted(props.items())
+                     if k not in ("type", "partOf"))
+    return f"{kind} <{iri}>: {body}"

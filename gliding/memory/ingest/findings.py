@@ -26,9 +26,11 @@ input is slow; nothing here raises.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gliding.core.records import json_records, parse_json_output
+from gliding.core.records import parse_json_output, result_lines
+from gliding.core.text import one_line
 
 SCAN_CHARS = 256 * 1024
 MAX_LINE_CHARS = 2000  # a line is cut to this before any pattern reads it
@@ -72,8 +74,10 @@ def findings(tool: str, output: str) -> list[Finding]:
         return []
     text = output[:SCAN_CHARS]
     parsed = parse_json_output(text) if len(output) <= SCAN_CHARS else None
-    found = _json_findings(text, parsed) if parsed is not None else _line_findings(text)
-    return _keep(found)
+    lines = result_lines(text, parsed, _PREFIX, MAX_LINE_CHARS)
+    if parsed is None:
+        return _keep(_line_findings(lines))
+    return _keep(_json_findings(lines, len(text.splitlines())))
 
 
 def anchors(text: str) -> list[str]:
@@ -113,29 +117,24 @@ def is_finding(line: str) -> bool:
             and bool(anchors(line)))
 
 
-def _line_findings(text: str) -> list[tuple[int, Finding]]:
+def _line_findings(lines: Iterable[tuple[int, str]]) -> list[tuple[int, Finding]]:
     out: list[tuple[int, Finding]] = []
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = " ".join(_PREFIX.sub("", raw[:MAX_LINE_CHARS], count=1).split())
-        if len(line) > FACT_CHARS:
-            line = line[: FACT_CHARS - 1] + "…"
+    for n, raw in lines:
+        line = one_line(raw, FACT_CHARS)
         if is_finding(line):
             out.append((_weight(line), Finding(line, n, n)))
     return out
 
 
-def _json_findings(text: str, parsed: tuple[str, object]) -> list[tuple[int, Finding]]:
-    head, data = parsed
-    lines = text.splitlines() or [""]
-    first = 2 if head else 1
-    last = max(len(lines), first)
+def _json_findings(records: Iterable[tuple[int, str]],
+                   line_count: int) -> list[tuple[int, Finding]]:
+    """One finding per record, read back from the line the JSON starts on to the output's
+    last (``line_count``)."""
     out: list[tuple[int, Finding]] = []
-    for record in json_records(data, "", 0):
-        line = " ".join(record[:MAX_LINE_CHARS].split())
-        if len(line) > FACT_CHARS:
-            line = line[: FACT_CHARS - 1] + "…"
+    for first, record in records:
+        line = one_line(record, FACT_CHARS)
         if len(line) >= MIN_CHARS and anchors(line) and _WORD.search(line):
-            out.append((_weight(line), Finding(line, first, last)))
+            out.append((_weight(line), Finding(line, first, max(line_count, first))))
     return out
 
 

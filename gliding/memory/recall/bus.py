@@ -7,9 +7,10 @@ answers its calls in the job's process, from the job's own ``MemoryAccess``.
 
 So one job has one board wherever its agents run, as L0 has through ``archive/bus.py``. Every
 call only reads, so a request whose reply does not come within ``timeout_s`` is sent again, up
-to ``tries`` times; then the call fails with a KnowledgeError the tool shows the model. Who may
-ask is the job's business: its dispatcher takes a request only from a worker it granted work
-to (``daemon/dispatch.py``, ``policy``), on a bus that signs every message (``bus/auth.py``).
+to ``tries`` times (``bus/rpc.py``); then the call fails with a KnowledgeError the tool shows
+the model. Who may ask is the job's business: its dispatcher takes a request only from a worker
+it granted work to (``daemon/dispatch.py``, ``policy``), on a bus that signs every message
+(``bus/auth.py``).
 The server bounds what it is asked (a query or text of at most ``MAX_ARG_CHARS``, ``k`` of at
 most ``MAX_K``) and answers within the tools' own limits. ``reachable`` (one ``ping``) tells a
 worker whether to offer the tools at all.
@@ -20,18 +21,15 @@ methods here hand the request to the event loop (``anyio.from_thread``) and wait
 
 from __future__ import annotations
 
-import itertools
-import secrets
 from typing import Any
 
 import anyio
 import anyio.from_thread
-import structlog
 
 from gliding.bus import topics
 from gliding.bus.messages import KnowledgeOp, KnowledgeReply, KnowledgeRequest
 from gliding.bus.port import Bus
-from gliding.bus.replies import Replies
+from gliding.bus.rpc import RequestClient, RequestServer, Service
 from gliding.errors import GlidingError
 from gliding.memory.board.blackboard import (
     BlackboardError,
@@ -45,80 +43,28 @@ from gliding.memory.board.blackboard import (
 from gliding.memory.recall.access import MemoryAccess
 from gliding.memory.recall.knowledge import Hit, KnowledgeError
 
-log = structlog.get_logger("gliding.memory")
-
 TIMEOUT_S = 30.0  # one try: the job's first recall may load the embedding model
 TRIES = 2
 PING_TIMEOUT_S = 5.0
 MAX_ARG_CHARS = 20_000
 MAX_K = 50
-_ERRORS: dict[str, type[GlidingError]] = {
-    e.code: e for e in (QueryError, QueryTimeout, QueryTooLarge, BlackboardError, KnowledgeError)}
+_KNOWLEDGE = Service(
+    name="knowledge", request=KnowledgeRequest, reply=KnowledgeReply,
+    requests=topics.knowledge_requests, replies=topics.knowledge_replies, error=KnowledgeError,
+    errors={e.code: e for e in (QueryError, QueryTimeout, QueryTooLarge, BlackboardError,
+                                KnowledgeError)}, asked="a {op}")
 
 
-class BusKnowledge:
-    """The tools' ``KnowledgeAccess`` of job ``job`` for an agent on worker ``worker``.
+class BusKnowledge(RequestClient[KnowledgeOp]):
+    """The tools' ``KnowledgeAccess`` of job ``job`` for an agent on worker ``worker``; its
+    ``call`` raises KnowledgeError (no answer in time, the server's own failure) or QueryError
+    (a refused or malformed query).
 
     Use inside ``async with BusKnowledge(...) as knowledge:`` (it listens for its replies)."""
 
     def __init__(self, bus: Bus, job: str, worker: str, *, timeout_s: float = TIMEOUT_S,
                  tries: int = TRIES) -> None:
-        self.bus, self.job, self.worker = bus, job, worker
-        self.timeout_s, self.tries = timeout_s, tries
-        self._ids = itertools.count()
-        self._prefix = secrets.token_hex(4)
-        self._replies = Replies[str, KnowledgeReply]()
-        self._tg: Any = None
-
-    async def __aenter__(self) -> BusKnowledge:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        await self._tg.start(self._listen)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._tg.cancel_scope.cancel()
-        await self._tg.__aexit__(None, None, None)
-
-    async def _listen(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        async with self.bus.subscribe(topics.knowledge_replies(self.worker),
-                                      max_buffer=1000) as replies:
-            task_status.started()
-            while True:
-                _topic, reply = await replies.receive()
-                if isinstance(reply, KnowledgeReply):
-                    self._replies.deliver(reply.id, reply)
-
-    async def call(self, op: KnowledgeOp, *, timeout_s: float | None = None,
-                   tries: int | None = None, **args: Any) -> Any:
-        """Ask the job's process; its result.
-
-        Raises:
-            KnowledgeError: no answer in time (the job's process is gone or unreachable), or
-                the server's own failure. QueryError: a refused or malformed query.
-        """
-        rid = f"{self.worker}-{self._prefix}-{next(self._ids)}"
-        request = KnowledgeRequest(id=rid, job=self.job, worker=self.worker, op=op, args=args)
-        wait = self.timeout_s if timeout_s is None else timeout_s
-        self._replies.expect(rid)
-        reply = None
-        try:
-            for attempt in range(1, (tries or self.tries) + 1):
-                await self.bus.publish(topics.knowledge_requests(self.job), request)
-                reply = await self._replies.wait(rid, wait)
-                if reply is not None:
-                    break
-                log.warning("knowledge.request.retry", job=self.job, op=op, attempt=attempt)
-        finally:
-            self._replies.forget(rid)
-        if reply is None:
-            raise KnowledgeError(
-                f"the process of job {self.job} did not answer a {op} within "
-                f"{tries or self.tries} x {wait:g}s",
-                hint="is the job still running (gliding status) and the broker reachable?")
-        if not reply.ok:
-            raise _ERRORS.get(reply.code, KnowledgeError)(reply.error)
-        return reply.result
+        super().__init__(_KNOWLEDGE, bus, job, worker, timeout_s=timeout_s, tries=tries)
 
     async def reachable(self, timeout_s: float = PING_TIMEOUT_S) -> bool:
         """Whether the job's process answers one ping within ``timeout_s``."""
@@ -145,45 +91,17 @@ async def _call(knowledge: BusKnowledge, op: KnowledgeOp, args: dict[str, Any]) 
     return await knowledge.call(op, **args)
 
 
-class KnowledgeServer:
+class KnowledgeServer(RequestServer[KnowledgeRequest]):
     """Answers the knowledge requests of job ``job`` from workers, over ``bus``, with
     ``access`` (the job's ``Runtime.access()``)."""
 
     def __init__(self, bus: Bus, job: str, access: MemoryAccess, *,
                  concurrency: int = 4) -> None:
-        self.bus, self.job, self.access = bus, job, access
-        self._slots = anyio.Semaphore(concurrency)
-        self.served = 0
+        super().__init__(_KNOWLEDGE, bus, job, concurrency=concurrency)
+        self.access = access
 
-    async def serve(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until cancelled."""
-        async with self.bus.subscribe(topics.knowledge_requests(self.job),
-                                      max_buffer=1000) as inbox, \
-                anyio.create_task_group() as tg:
-            task_status.started()
-            while True:
-                _topic, request = await inbox.receive()
-                if not isinstance(request, KnowledgeRequest) or request.job != self.job:
-                    continue
-                await self._slots.acquire()
-                tg.start_soon(self._answer, request)
-
-    async def _answer(self, request: KnowledgeRequest) -> None:
-        try:
-            try:
-                result = await anyio.to_thread.run_sync(self._do, request,
-                                                        abandon_on_cancel=True)
-                reply = KnowledgeReply(id=request.id, ok=True, result=result)
-            except GlidingError as exc:
-                reply = KnowledgeReply(id=request.id, ok=False, code=exc.code,
-                                       error=exc.message)
-            except (KeyError, TypeError, ValueError) as exc:  # a malformed request
-                reply = KnowledgeReply(id=request.id, ok=False, code=KnowledgeError.code,
-                                       error=f"bad knowledge request {request.op}: {exc}")
-            self.served += 1
-            await self.bus.publish(topics.knowledge_replies(request.worker), reply)
-        finally:
-            self._slots.release()
+    async def handle(self, request: KnowledgeRequest) -> Any:
+        return await anyio.to_thread.run_sync(self._do, request, abandon_on_cancel=True)
 
     def _do(self, r: KnowledgeRequest) -> Any:
         a, access = r.args, self.access

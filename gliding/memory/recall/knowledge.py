@@ -35,13 +35,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from itertools import islice
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import structlog
 
 from gliding.core.dates import parse_date
-from gliding.core.records import json_records, parse_json_output
-from gliding.core.text import clip
+from gliding.core.records import parse_json_output, result_lines
+from gliding.core.text import one_line
 from gliding.errors import GlidingError
 from gliding.memory.board.blackboard import (
     DEFAULT_TIMEOUT_S,
@@ -513,20 +514,12 @@ class _LineIndex:
 
 
 def _numbered(text: str) -> list[tuple[int, str]]:
-    """A result's lines as (number, text): JSON as one record a line (all numbered by the
-    line the JSON starts on), else its physical lines; blank ones left out, each collapsed and
-    cut to ``LINE_CHARS``."""
-    parsed = parse_json_output(text[:SCAN_CHARS]) if len(text) <= SCAN_CHARS else None
-    if parsed is not None:
-        start = 2 if parsed[0] else 1
-        return [(start, clip(" ".join(r.split()), LINE_CHARS))
-                for r in json_records(parsed[1], "", 0)][:SCAN_LINES]
-    out = []
-    for number, line in enumerate(text.splitlines()[:SCAN_LINES], 1):
-        line = " ".join(line[:LINE_CHARS * 4].split())
-        if line:
-            out.append((number, clip(line, LINE_CHARS)))
-    return out
+    """The first ``SCAN_LINES`` lines of a result as ``result_lines`` numbers them (an output
+    over ``SCAN_CHARS`` is not parsed as JSON), blank ones left out, each collapsed and cut to
+    ``LINE_CHARS``."""
+    parsed = parse_json_output(text) if len(text) <= SCAN_CHARS else None
+    lines = islice(result_lines(text, parsed, cut=LINE_CHARS * 4), SCAN_LINES)
+    return [(number, line) for number, raw in lines if (line := one_line(raw, LINE_CHARS))]
 
 
 def _natural(text: str) -> tuple[Any, ...]:
