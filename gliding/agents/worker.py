@@ -100,6 +100,7 @@ class JobAgents:
     began_dir: Path | None = None  # where bash marks that a command began (resume reads it)
     sandbox: Sandbox | None = None  # what confines commands; None: the one the settings ask for
     board: BoardUpdates | None = None  # what a session is shown between turns (coherence)
+    worker: str | None = None  # the `gliding worker` these agents run on; None: the job's own
 
 
 class BoardUpdates(Protocol):
@@ -201,7 +202,7 @@ class AgentWorker:
             board_update=update, loop_limit=kit.settings.scheduler.loop_limit)
         step, session = (a.step, env.session) if a.step else (None, None)
         await self._event(events.RoleStarted(role=spec.name, cycle=a.cycle, attempt=a.attempt,
-                                             step=step, session=session))
+                                             step=step, session=session, worker=kit.worker))
         crash_point(f"role.start:{spec.name}")
         try:
             result = await run_agent(env, a.instructions)
@@ -212,7 +213,7 @@ class AgentWorker:
         await self._event(events.RoleFinished(role=spec.name, status=result.status,
                                               turns=result.turns,
                                               replayed=result.replayed_turns, step=step,
-                                              session=session))
+                                              session=session, worker=kit.worker))
         return await self._answer(a, result)
 
     async def _answer(self, a: Assignment, r: AgentResult) -> AnswerMsg:

@@ -76,6 +76,7 @@ class RoleStarted(Event):
     attempt: int
     step: str | None = None  # a plan step's DA (exploratory pipeline)
     session: str | None = None  # its session, with the step
+    worker: str | None = None  # the `gliding worker` running it; None: the job's process
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class RoleFinished(Event):
     replayed: int  # turns read back from the archive on resume
     step: str | None = None
     session: str | None = None
+    worker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,18 @@ class MCPServerUnavailable(Event):
 
 
 @dataclass(frozen=True)
+class WorkGranted(Event):
+    name: ClassVar[str] = "work.granted"
+    key: str  # the assignment's work key
+    worker: str  # the worker the job's dispatcher granted it to
+    role: str
+    cycle: int
+    attempt: int
+    step: str | None = None
+    session: str | None = None
+
+
+@dataclass(frozen=True)
 class WorkLapsed(Event):
     name: ClassVar[str] = "work.lapsed"
     key: str  # the assignment's work key
@@ -235,8 +249,8 @@ class StreamDropped(Event):
 EVENTS: dict[str, type[Event]] = {cls.name: cls for cls in (
     JobStarted, PlanNotes, CheckReport, JobFinished, RoleStarted, RoleFinished, Turn,
     GuardTripped, MemoryWithheld, LLMRetry, LLMFallback, JobSandbox, ToolchainRefused,
-    WorkspaceChanged, MCPServerUnavailable, WorkLapsed, JobQueued, JobDispatched, JobCancelled,
-    JobStopped, JobSuspended, StreamDropped)}
+    WorkspaceChanged, MCPServerUnavailable, WorkGranted, WorkLapsed, JobQueued, JobDispatched,
+    JobCancelled, JobStopped, JobSuspended, StreamDropped)}
 """Every event, by name."""
 
 

@@ -50,6 +50,7 @@ from gliding.bus.messages import (
 )
 from gliding.bus.port import Bus
 from gliding.core import events
+from gliding.core.iri import step_session
 from gliding.daemon import leases as L
 
 log = structlog.get_logger("gliding.daemon")
@@ -183,6 +184,9 @@ class Dispatcher:
                 await self.bus.publish(topics.grants(effect.worker), GrantMsg(
                     job=self.job, key=effect.key, epoch=effect.epoch, worker=effect.worker,
                     granted=granted, reason=effect.reason, item=item))
+                if granted:  # the job's own word on who runs what (a worker's may be forged)
+                    await self.bus.publish(topics.events(self.job), JobEvent.of(
+                        self.job, self._granted(effect.key, effect.worker)))
             else:
                 self.lapsed += 1
                 log.warning("work.lapsed", job=self.job, key=effect.key, worker=effect.worker,
@@ -190,6 +194,13 @@ class Dispatcher:
                 await self.bus.publish(topics.events(self.job), JobEvent.of(
                     self.job, events.WorkLapsed(key=effect.key, worker=effect.worker,
                                                 silent_s=round(effect.silent_s, 1))))
+
+    def _granted(self, key: str, worker: str) -> events.WorkGranted:
+        a = self.items[key].assignment
+        return events.WorkGranted(key=key, worker=worker, role=a.role, cycle=a.cycle,
+                                  attempt=a.attempt, step=a.step,
+                                  session=step_session(a.role, a.cycle, a.step)
+                                  if a.step else None)
 
     def _item(self, key: str, epoch: int) -> WorkItem:
         return self.items[key].model_copy(update={"epoch": epoch})

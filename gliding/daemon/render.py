@@ -76,10 +76,14 @@ def _progress_line(event: JobEvent) -> str | None:
         return (f"job {event.job}: the workspace changed since the job last recorded it; "
                 "the agents go on with it as it is now")
     if event.event == events.RoleStarted.name:
-        return f"[{d['role']}] started (cycle {d['cycle']}, attempt {d['attempt']})"
+        return (f"[{_who(d)}] started (cycle {d['cycle']}, attempt {d['attempt']}"
+                f"{_step(d)}){_on(d)}")
+    if event.event == events.WorkGranted.name:
+        return (f"[{_who(d)}] granted to worker {d['worker']} (cycle {d['cycle']}, "
+                f"attempt {d['attempt']}{_step(d)})")
     if event.event == events.Turn.name:
         cost = CostTotal(float(d["job_cost_usd"]), int(d.get("job_unpriced_calls") or 0))
-        return (f"[{d['role']} turn {d['turn']}] {d['summary']}  "
+        return (f"[{_who(d)} turn {d['turn']}] {d['summary']}  "
                 f"| prompt {d['prompt_tokens']} tok, job {d['job_prompt_tokens']} tok, "
                 f"{cost.text(free=d.get('cost_free'))}")
     if event.event == events.GuardTripped.name:
@@ -88,7 +92,7 @@ def _progress_line(event: JobEvent) -> str | None:
         return f"[{d['role']}] on worker {d['worker']} without the knowledge tools: {d['reason']}"
     if event.event == events.RoleFinished.name:
         replayed = f", {d['replayed']} replayed from the archive" if d.get("replayed") else ""
-        return f"[{d['role']}] {d['status']} after {d['turns']} turn(s){replayed}"
+        return f"[{_who(d)}] {d['status']} after {d['turns']} turn(s){replayed}{_on(d)}"
     if event.event == events.CheckReport.name:
         if d["passed"]:
             return f"[CA] all checks passed → {d['next']}"
@@ -101,6 +105,20 @@ def _progress_line(event: JobEvent) -> str | None:
         return (f"[{d['session']}] model {d['model']}: {d['fault']}, retries spent → "
                 f"falling back to {d['next_model']}")
     return None
+
+
+def _who(d: dict[str, Any]) -> str:
+    """A line's session: the role, or a plan step's session (``DA.1.s2``), so the lines of
+    step DAs running side by side can be told apart."""
+    return str(d.get("session") or d["role"])
+
+
+def _step(d: dict[str, Any]) -> str:
+    return f", step {d['step']}" if d.get("step") else ""
+
+
+def _on(d: dict[str, Any]) -> str:
+    return f" on worker {d['worker']}" if d.get("worker") else ""
 
 
 def cost_fields(usage: Usage) -> dict[str, Any]:

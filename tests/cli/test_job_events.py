@@ -53,3 +53,28 @@ def test_the_daemon_client_drops_unknown_events_from_a_stream_and_keeps_the_rest
     got = list(known_events(_sse(iter(lines))))
     assert [r["event"] for r in got] == ["job.queued", "job.finished"]
     assert event_line(got[-1]).endswith("finished: success")
+
+
+def test_step_sessions_and_their_workers_are_told_apart_in_progress_lines() -> None:
+    """Two step DAs run side by side: every line names its session (the step), and a line of
+    work on a worker names the worker — the dispatcher's grant and the worker's own start."""
+    def line(event: events.Event) -> str | None:
+        return progress_line(JobEvent.of("j1", event))
+
+    assert line(events.RoleStarted(role="DA", cycle=1, attempt=0)) == \
+        "[DA] started (cycle 1, attempt 0)"
+    assert line(events.RoleStarted(role="DA", cycle=1, attempt=0, step="s2",
+                                   session="DA.1.s2", worker="w-7")) == \
+        "[DA.1.s2] started (cycle 1, attempt 0, step s2) on worker w-7"
+    assert line(events.WorkGranted(key="k", worker="w-7", role="DA", cycle=1, attempt=0,
+                                   step="s2", session="DA.1.s2")) == \
+        "[DA.1.s2] granted to worker w-7 (cycle 1, attempt 0, step s2)"
+    turn = line(events.Turn(role="DA", session="DA.1.s3", turn=2, action="bash",
+                            summary="bash(...) → exit code 0", prompt_tokens=10,
+                            completion_tokens=1, job_prompt_tokens=30,
+                            job_completion_tokens=3, job_cost_usd=0.0, job_unpriced_calls=0,
+                            cost_free="scripted"))
+    assert turn is not None and turn.startswith("[DA.1.s3 turn 2] bash(...)")
+    assert line(events.RoleFinished(role="DA", status="finished", turns=2, replayed=0,
+                                    step="s3", session="DA.1.s3", worker="w-8")) == \
+        "[DA.1.s3] finished after 2 turn(s) on worker w-8"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -137,6 +138,10 @@ def test_a_worker_killed_mid_assignment_is_replaced(tmp_path: Path,
     assert len(lines) <= STEPS + 1  # at most the step in flight at the kill ran twice
     # the second worker's agent replayed what the first archived and took the job on
     assert "work.lapsed" in err
+    # the progress says which worker ran what: the job's grant and the worker's own start
+    assert re.search(r"^\[DA\] granted to worker \S*w1\S* \(cycle 1", err, re.MULTILINE), err
+    assert re.search(r"^\[DA\] started \(cycle 1, attempt \d+\) on worker \S*w2", err,
+                     re.MULTILINE), err
     assert not (tmp_path / "w1" / "jobs").exists() and not (tmp_path / "w2" / "jobs").exists()
     with sqlite3.connect(next((tmp_path / "data" / "jobs").glob("*/archive.sqlite3"))) as db:
         turns = [r[0] for r in db.execute("SELECT iri FROM entries WHERE kind = 'turn'")]
