@@ -380,20 +380,22 @@ class KnowledgeMemory:
             queue.append((-LINE_WEIGHT * score / best_line, len(rows) + n,
                           (result, number, label, text)))
         queue.sort(key=lambda q: (q[0], q[1]))
-        said: set[str] = set()  # the lines given so far, as facts or as lines
+        said: set[tuple[str, str]] = set()  # the lines given so far, as facts or as lines
         for _score, _n, what in queue:
             if isinstance(what, int):
-                tag = index.items[what].label
-                if "#L" in tag and tag in said:
+                item = index.items[what]
+                key = (item.label, _gist(item.text))
+                if "#L" in item.label and key in said:
                     continue
-                said.add(tag)
+                said.add(key)
                 yield index.candidate(what)
                 continue
             result, number, label, text = what
             tag = f"{result}#L{number}"
-            if tag in said:
+            key = (tag, _gist(text))  # a JSON result's records share their line: the text
+            if key in said:           # tells them apart
                 continue
-            said.add(tag)
+            said.add(key)
             at = index._row.get(result)
             group = (index.items[at].session, index.items[at].position) if at is not None \
                 else (0, 0)
@@ -482,6 +484,7 @@ LINE_CANDIDATES = 200  # best lines a recall merges with the ranked items
 LINE_WEIGHT = 1.5  # a result's best line against the best item (bench research: 1.5 and 3 tie)
 LINE_CHARS = 300  # an answer line as a recall shows it
 SCAN_LINES = 5000  # lines of one result indexed
+GIST_CHARS = 80  # of a line, to tell a fact from the line it repeats
 
 
 class _LineIndex:
@@ -520,6 +523,11 @@ def _numbered(text: str) -> list[tuple[int, str]]:
     parsed = parse_json_output(text) if len(text) <= SCAN_CHARS else None
     lines = islice(result_lines(text, parsed, cut=LINE_CHARS * 4), SCAN_LINES)
     return [(number, line) for number, raw in lines if (line := one_line(raw, LINE_CHARS))]
+
+
+def _gist(text: str) -> str:
+    """What tells a line apart from the others at its place: its first words."""
+    return " ".join(text.split())[:GIST_CHARS]
 
 
 def _natural(text: str) -> tuple[Any, ...]:
