@@ -24,16 +24,21 @@ if TYPE_CHECKING:
 
 @memory_app.command("show")
 def memory_show(
-    iri: str = typer.Argument(..., help="gliding://job/<job>/..."),
+    iri: str = typer.Argument(..., help="gliding://job/<job>/...; #L12 or #L12-14 at the end "
+                              "prints those lines only"),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Where job archives are."),
     meta: bool = typer.Option(False, "--meta", help="Print the entry's metadata, not content."),
 ) -> None:
-    """Print an archived item back, byte-exact."""
+    """Print an archived item back, byte-exact (or the lines an IRI's #L fragment names, as
+    recall shows a line's provenance and read_result reads it)."""
     from gliding.core.iri import parse_iri
     from gliding.errors import IRIError
     from gliding.memory.archive.store import open_for_iri
+    from gliding.tools.readback import line_fragment
 
     settings = settings_of(data_dir_of(data_dir))
+    lines = line_fragment(iri)
+    iri = iri.strip().strip("<>").partition("#")[0]
     parsed_iri = parse_iri(iri)
     if parsed_iri.kind is None:
         raise IRIError(f"{iri} names a job, not an archived item",
@@ -47,8 +52,23 @@ def memory_show(
                                "created_at": item.created_at, "meta": item.meta}, indent=2))
         return
     assert item.content is not None
-    sys.stdout.buffer.write(item.content)
+    content = item.content
+    if lines is not None:
+        content = _lines_of(content, *lines, iri)
+    sys.stdout.buffer.write(content)
     sys.stdout.buffer.flush()
+
+
+def _lines_of(content: bytes, start: int, end: int, iri: str) -> bytes:
+    """Lines ``start``..``end`` (from 1) of an archived item, with their own line ends, as
+    ``read_result`` numbers them. Raises UsageError past the item's last line."""
+    from gliding.errors import UsageError
+
+    held = content.decode("utf-8", errors="replace").splitlines(keepends=True)
+    if start > len(held):
+        raise UsageError(f"{iri} has {len(held)} lines, not {start}",
+                         hint=f"lines run from 1 to {len(held)}")
+    return "".join(held[start - 1:end]).encode("utf-8")
 
 
 @memory_app.command("query")

@@ -47,7 +47,7 @@ from gliding.tools.base import (
     prop,
     schema,
 )
-from gliding.tools.knowledge import KnowledgeAccess
+from gliding.tools.knowledge import KG_SEARCH, KNOWLEDGE_QUERY, KnowledgeAccess
 from gliding.tools.search import compile_regex, search_lines, shown_pattern
 
 PAGE_CHARS = 4000  # a read_result page and a grep_result answer, at most
@@ -287,3 +287,9 @@ NOTE = Tool(
     schema(["text"], text=prop("string", "one or two sentences"),
            source=prop("string", "IRI or URL")),
     _unbound, timeout_s=CALL_TIMEOUT_S)
+
+MEMORY_READS = frozenset({READ_RESULT.name, GREP_RESULT.name, RECALL.name, KG_SEARCH.name,
+                          KNOWLEDGE_QUERY.name})
+"""The tools whose output restates what memory holds: no facts are made of it and recall does
+not index its lines (they would be copies of what is indexed already, each pointing at the copy
+instead of the result it came from)."""

@@ -139,3 +139,20 @@ def test_memory_show_finds_the_data_dir_through_the_environment(
 
     assert result.code == 0, result
     assert result.stdout == data
+
+
+def test_memory_show_prints_the_lines_an_iri_fragment_names(
+    tmp_path: Path, archived: dict[str, tuple[str, bytes]]
+) -> None:
+    """Recall shows a line's provenance as ``<result>#L12``: pasted into ``memory show`` it
+    prints those lines, numbered as read_result numbers them, with their own line ends."""
+    iri, _ = archived["crlf_and_nul"]
+    shown = invoke(["memory", "show", f"{iri}#L2-3", "--data-dir", "data"], cwd=tmp_path)
+    assert shown.code == 0, shown
+    assert shown.stdout == b"line two\r\n\x00\x00tail\r"
+    one = invoke(["memory", "show", f"{iri}#L1", "--data-dir", "data"], cwd=tmp_path)
+    assert one.stdout == b"line one\r\n"
+    past = invoke(["memory", "show", f"{iri}#L9", "--data-dir", "data"], cwd=tmp_path)
+    assert past.code != 0 and "has 3 lines, not 9" in past.stderr and past.stdout == b""
+    bad = invoke(["memory", "show", f"{iri}#top", "--data-dir", "data"], cwd=tmp_path)
+    assert bad.code != 0 and "bad line fragment" in bad.stderr

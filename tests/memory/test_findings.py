@@ -190,3 +190,33 @@ def test_recall_keeps_every_record_of_a_json_result_though_they_share_a_line(
         assert any(f"flight_number={flight}" in line for line in lines), packed
     assert len(lines) == len(set(lines))  # a record shown once, as a fact or as a line
     assert sum("flight_number=HAT262" in line for line in packed.splitlines()) == 1
+
+
+def test_what_a_memory_read_returns_makes_no_facts_and_no_indexed_lines(tmp_path: Path) -> None:
+    """A recall (or read_result, kg_search ...) restates what memory holds: facts or indexed
+    lines made of it would be copies pointing at the copy, crowding out the lines they quote."""
+    board = OxigraphBlackboard.in_memory()
+    archive = Archive.open(tmp_path, "j")
+    store = JobNodeStore(board, archive, "j")
+    memory = KnowledgeMemory(board, TokenCounter().count,
+                             sources=lambda iri: archive.get(iri).text())
+    store.listen(memory.observe)
+    ing = Blocking(Ingestor(board, archive, "j", DirectWriter(store)))
+    quoted = (f"[{J}/result/DA.1-3-0#L7] read_file fleet.md: The refit of vessel NX-2207 "
+              "finished on 14 March.\n") * 3
+    with archive:
+        for n, tool in enumerate(("recall", "read_result", "kg_search"), 1):
+            iri = f"{J}/result/DA.2-{n}-0"
+            archive.put(iri, quoted, kind="result", meta={"tool": tool})
+            ing.tool_result(ToolRecord(tool, {"query": "refit"}, True, quoted, iri),
+                            f"{J}/turn/DA.2/{n}")
+        memory.ready()
+        facts = board.query(f"PREFIX gl: <{NS}> SELECT ?f WHERE {{ ?f a gl:Fact }}", graph=J)
+        assert facts == [] and len(memory._line_index) == 0
+        iri = f"{J}/result/DA.2-9-0"  # the same text from any other tool is a finding
+        archive.put(iri, quoted, kind="result", meta={"tool": "bash"})
+        ing.tool_result(ToolRecord("bash", {"command": "cat notes"}, True, quoted, iri),
+                        f"{J}/turn/DA.2/9")
+        memory.ready()
+        facts = board.query(f"PREFIX gl: <{NS}> SELECT ?f WHERE {{ ?f a gl:Fact }}", graph=J)
+        assert facts and len(memory._line_index) == 3

@@ -79,6 +79,7 @@ from gliding.memory.board.vocabulary import (
 )
 from gliding.memory.ingest.entities import PATH_ARGUMENTS, Entities, extract
 from gliding.memory.ingest.findings import FACT_CHARS, findings
+from gliding.tools.readback import MEMORY_READS
 
 log = structlog.get_logger("gliding.memory")
 
@@ -319,7 +320,8 @@ class Ingestor:
         found = await anyio.to_thread.run_sync(extract, record.name, record.arguments,
                                                record.output, record.ok)
         lines = (await anyio.to_thread.run_sync(findings, record.name, record.output)
-                 if record.ok and record.name != NOTE_TOOL else [])
+                 if record.ok and record.name != NOTE_TOOL and record.name not in MEMORY_READS
+                 else [])
         async with self.batch():
             mentions = [iri for node in self._entity_nodes(found)
                         if (iri := await self._put_entity(node)) is not None]

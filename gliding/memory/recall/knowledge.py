@@ -64,6 +64,7 @@ from gliding.memory.recall.vectors import (
     VectorStoreError,
     load_embedder,
 )
+from gliding.tools.readback import MEMORY_READS
 
 __all__ = ["Count", "Embedder", "Hit", "KnowledgeError", "KnowledgeMemory", "MemoryItem",
            "Packed", "Precision", "RecallSettings", "VectorIndex", "VectorStoreError",
@@ -191,7 +192,8 @@ class KnowledgeMemory:
             self._seen.add(iri)
             self._graph_of[iri] = graph
             self._type_of[iri] = kind
-            if kind == "ToolResult" and self._sources is not None:
+            if kind == "ToolResult" and self._sources is not None and str(
+                    node.get("name")) not in MEMORY_READS:
                 self._unread.append((iri, str(node.get("source") or node.get("name") or "")))
             self._pending.append(item)
             if len(self._pending) < self.batch_size:
