@@ -74,6 +74,7 @@ import anyio
 import structlog
 
 from gliding.agents import guards
+from gliding.agents.hooks import Hooks
 from gliding.agents.offer import declare, own_summaries, resolve, take_summary, tool_search
 from gliding.agents.roles import RoleSpec
 from gliding.bus import topics
@@ -206,6 +207,7 @@ class AgentEnv:
     data_dir: Path | None = None  # left out of workspace fingerprints when inside the workspace
     # what the team recorded since the last turn ("" when nothing): asked before each turn
     board_update: Callable[[], Awaitable[str]] | None = None
+    hooks: Hooks | None = None  # commands before and after each tool call (agents/hooks.py)
     # the same call this many times in a row stops the session (loop_detected); 0: no limit
     # (the worker passes scheduler.loop_limit)
     loop_limit: int = 0
@@ -521,6 +523,14 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
         meta = archived.meta
         text = (archived.content or b"").decode("utf-8", errors="replace")
         return ToolOutcome(bool(meta.get("ok")), text, dict(meta.get("data") or {})), toolset
+    searching = call.name == "tool_search" and bool(env.on_demand)
+    session = env.session or env.role.name
+    if refused is None and env.hooks is not None and not searching:
+        said = await env.hooks.before_tool(role=env.role.name, session=session, turn=n,
+                                           tool=call.name, arguments=call.arguments)
+        if said is not None:
+            refused = f"refused by a hook: {said}"
+    ran = refused is None and not searching
     if refused is not None:
         outcome = ToolOutcome(False, f"error: {refused}")
     elif call.name != "tool_search" or not env.on_demand:
@@ -554,6 +564,10 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
                                 "role": env.session or env.role.name, "turn": n,
                                 "data": outcome.data,
                                 "workspace": marked})
+    if ran and env.hooks is not None:
+        await env.hooks.after_tool(role=env.role.name, session=session, turn=n,
+                                   tool=call.name, arguments=call.arguments, ok=outcome.ok,
+                                   output=outcome.output)
     return outcome, toolset
 
 

@@ -40,6 +40,7 @@ from typing import Any, Literal, Protocol
 import anyio
 import structlog
 
+from gliding.agents.hooks import Hooks
 from gliding.agents.loop import AgentEnv, AgentResult, run_agent
 from gliding.agents.roles import RoleSpec
 from gliding.bus import topics
@@ -101,6 +102,7 @@ class JobAgents:
     sandbox: Sandbox | None = None  # what confines commands; None: the one the settings ask for
     board: BoardUpdates | None = None  # what a session is shown between turns (coherence)
     worker: str | None = None  # the `gliding worker` these agents run on; None: the job's own
+    hooks: Hooks | None = None  # the job's hooks on this host (agents/hooks.py)
 
 
 class BoardUpdates(Protocol):
@@ -199,7 +201,8 @@ class AgentWorker:
             context=kit.settings.context, counter=kit.counter, extra_system=briefing,
             turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir,
             data_dir=kit.settings.data_dir, session=session_of(a) if a.step else "",
-            board_update=update, loop_limit=kit.settings.scheduler.loop_limit)
+            board_update=update, loop_limit=kit.settings.scheduler.loop_limit,
+            hooks=kit.hooks)
         step, session = (a.step, env.session) if a.step else (None, None)
         await self._event(events.RoleStarted(role=spec.name, cycle=a.cycle, attempt=a.attempt,
                                              step=step, session=session, worker=kit.worker))
@@ -210,6 +213,9 @@ class AgentWorker:
             if kit.board is not None:
                 kit.board.end(seen)
         crash_point(f"role.end:{spec.name}")
+        if kit.hooks is not None:
+            await kit.hooks.role_end(role=spec.name, session=session_of(a), status=result.status,
+                                     turns=result.turns)
         await self._event(events.RoleFinished(role=spec.name, status=result.status,
                                               turns=result.turns,
                                               replayed=result.replayed_turns, step=step,

@@ -53,7 +53,7 @@ class LLMRoleSettings(_Section):
 
 
 def _json_object(value: Any, what: str) -> Any:
-    """A mapping given as a JSON object in an environment variable, decoded."""
+    """A mapping (or list) given as JSON in an environment variable, decoded."""
     if isinstance(value, str):
         import json
 
@@ -445,6 +445,41 @@ class DaemonSettings(_Section):
         return self
 
 
+HookPoint = Literal["before_tool", "after_tool", "role_end", "job_end"]
+HOOK_COMMAND_CHARS = 10_000
+
+
+class HookSettings(_Section):
+    """One hook: a bash command run at a lifecycle point with a JSON document on stdin
+    (``gliding/agents/hooks.py``; docs/config.md, "Hooks")."""
+
+    at: HookPoint  # (not `on`: YAML reads a bare `on` key as true)
+    command: str = Field(min_length=1, max_length=HOOK_COMMAND_CHARS)
+    tools: list[str] = []  # tool points: names or fnmatch patterns it runs for ([]: every tool)
+    timeout_s: float = Field(30.0, gt=0, le=3600)
+    fail_closed: bool = False  # a failure or timeout refuses the tool call (before_tool)
+    sandbox: bool = True  # False (the host's config only): runs unconfined, as Gliding's user
+
+    @field_validator("command")
+    @classmethod
+    def _command_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+
+class HooksSettings(_Section):
+    run: list[HookSettings] = []  # the host's hooks, for every job it runs agents of
+    allow_task: bool = False  # a task file's hooks run here only when this is true
+
+    @field_validator("run", mode="before")
+    @classmethod
+    def _run_from_json(cls, value: Any) -> Any:
+        if isinstance(value, str):  # GLIDING_HOOKS__RUN='[{"on": "job_end", ...}]'
+            return _json_object(value, "hooks") if value.strip() else []
+        return value
+
+
 class Settings(_Section):
     data_dir: Path = Path(".gliding")  # job archives live under <data_dir>/jobs/<job>/
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
@@ -457,6 +492,7 @@ class Settings(_Section):
     mcp: MCPSettings = MCPSettings()
     bus: BusSettings = BusSettings()
     daemon: DaemonSettings = DaemonSettings()
+    hooks: HooksSettings = HooksSettings()
 
     @field_validator("data_dir", mode="before")
     @classmethod

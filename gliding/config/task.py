@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from gliding.config.settings import MCPServerSettings
+from gliding.config.settings import HookSettings, MCPServerSettings
 from gliding.config.task_schema import TaskSpec, kind_of
 from gliding.config.workspace_rule import WORKSPACE_HINT, workspace_refusal
 from gliding.config.yamlsource import (
@@ -78,6 +78,7 @@ class Task:
     mcp_servers: dict[str, MCPServerSettings] = field(default_factory=dict)
     # role -> tool groups it gets in this task besides its role file's ({PA: [web]})
     tool_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    hooks: tuple[HookSettings, ...] = ()  # the task's own (sandboxed; run where allowed)
     # a virtual environment and more read-only paths for its sandboxed commands, absolute;
     # a host mounts them only where its tools.toolchain.allow admits them (docs/tools.md)
     venv: Path | None = None
@@ -173,6 +174,7 @@ def load_task_text(text: str, source: str, base_dir: Path) -> Task:
         network=spec.network,
         mcp_servers=dict(spec.mcp_servers),
         tool_groups=dict(spec.tool_groups),
+        hooks=spec.hooks,
         venv=venv,
         mounts=mounts,
         git_writes=spec.git_writes,
@@ -238,6 +240,7 @@ def task_record(task: Task) -> dict[str, Any]:
         "venv": None if task.venv is None else str(task.venv),
         "mounts": [str(m) for m in task.mounts],
         "git_writes": task.git_writes,
+        "hooks": [hook.model_dump(mode="json") for hook in task.hooks],
     }
 
 
@@ -261,7 +264,10 @@ def task_from_record(data: dict[str, Any]) -> Task:
             venv=_record_path("venv", data["venv"]) if data.get("venv") else None,
             mounts=tuple(_record_path(f"mounts[{i}]", m)
                          for i, m in enumerate(data.get("mounts") or ())),
-            git_writes=data.get("git_writes", False) is True)
+            git_writes=data.get("git_writes", False) is True,
+            # a record may come over the bus: a task's hooks are sandboxed whatever it says
+            hooks=tuple(HookSettings.model_validate({**hook, "sandbox": True})
+                        for hook in data.get("hooks") or ()))
     except (KeyError, TypeError, ValueError) as exc:  # ValidationError is a ValueError
         raise TaskFileError(f"the job's archived task record is damaged: {exc}") from exc
 

@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gliding.config.roles import RoleName, entry, pick, role_list, role_names
-from gliding.config.settings import MCPServerSettings, mcp_server_names
+from gliding.config.settings import HookSettings, MCPServerSettings, mcp_server_names
 from gliding.config.yamlsource import shown
 from gliding.core.checks import Check, CommandSucceeds, FileContains, FileExists
 
@@ -248,6 +248,23 @@ class TaskSpec(_Spec):
     mounts: tuple[NonBlank, ...] = ()
     # its tools may change the workspace's .git directory (else read-only: docs/tools.md)
     git_writes: bool = False
+    # commands at lifecycle points (docs/config.md, "Hooks"); they run on a host only where its
+    # hooks.allow_task is true, and always in the sandbox
+    hooks: tuple[HookSettings, ...] = ()
+
+    @field_validator("hooks", mode="before")
+    @classmethod
+    def _hooks(cls, value: Any) -> Any:
+        if value is None:
+            return ()
+        if not isinstance(value, list | tuple):
+            raise _invalid(f"must be a list of hooks ({{at: before_tool, command: ...}}), got "
+                           f"a {kind_of(value)}")
+        for hook in value:
+            if isinstance(hook, dict) and hook.get("sandbox") is False:
+                raise _invalid("a task's hook runs in the sandbox; only the host's config "
+                               "(hooks.run) may run one outside it")
+        return tuple(value)
 
     @field_validator("mounts", mode="before")
     @classmethod

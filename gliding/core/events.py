@@ -183,6 +183,25 @@ class MCPServerUnavailable(Event):
 
 
 @dataclass(frozen=True)
+class HookRefused(Event):
+    name: ClassVar[str] = "hook.refused"
+    hook: str  # its command, one line, clipped
+    tool: str
+    session: str
+    turn: int
+    reason: str  # what it said on stderr
+
+
+@dataclass(frozen=True)
+class HookFailed(Event):
+    name: ClassVar[str] = "hook.failed"
+    hook: str
+    point: str  # before_tool, after_tool, role_end, job_end
+    error: str  # how it ended (exit code, timeout) and what it said
+    tool: str | None = None
+
+
+@dataclass(frozen=True)
 class WorkGranted(Event):
     name: ClassVar[str] = "work.granted"
     key: str  # the assignment's work key
@@ -249,8 +268,8 @@ class StreamDropped(Event):
 EVENTS: dict[str, type[Event]] = {cls.name: cls for cls in (
     JobStarted, PlanNotes, CheckReport, JobFinished, RoleStarted, RoleFinished, Turn,
     GuardTripped, MemoryWithheld, LLMRetry, LLMFallback, JobSandbox, ToolchainRefused,
-    WorkspaceChanged, MCPServerUnavailable, WorkGranted, WorkLapsed, JobQueued, JobDispatched,
-    JobCancelled, JobStopped, JobSuspended, StreamDropped)}
+    WorkspaceChanged, MCPServerUnavailable, HookRefused, HookFailed, WorkGranted, WorkLapsed,
+    JobQueued, JobDispatched, JobCancelled, JobStopped, JobSuspended, StreamDropped)}
 """Every event, by name."""
 
 

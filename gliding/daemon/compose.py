@@ -376,7 +376,8 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                         checks=checks, archive=port, budget=budget, bus=bus, clock=j.clock,
                         settings=settings, counter=rt.counter,
                         briefing=briefing if rt.projector is not None else None,
-                        began_dir=_began_dir(archive), sandbox=j.sandbox, board=jb)
+                        began_dir=_began_dir(archive), sandbox=j.sandbox, board=jb,
+                        hooks=parts.job_hooks(job, task, settings, j.sandbox, bus))
         worker = AgentWorker(kit, state.roles, concurrency=settings.scheduler.max_parallel)
 
         async def verify(command: Verify) -> CheckReportMsg:
@@ -398,6 +399,8 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
         try:
             final = await _drive(j, state, commands, resumed, bus, worker, ingest, journal,
                                  verify, rt.access())
+            if kit.hooks is not None:
+                await kit.hooks.job_end(final.outcome)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await _close(job, tools, bus, quiet=True)  # the error in flight is the news

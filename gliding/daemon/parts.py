@@ -8,7 +8,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from gliding.agents.hooks import Hooks
 from gliding.agents.roles import RoleSpec
+from gliding.bus import topics
+from gliding.bus.messages import JobEvent
+from gliding.bus.port import Bus
 from gliding.config.settings import Settings
 from gliding.config.task import Task
 from gliding.core.budget import BudgetTracker, Limits
@@ -26,6 +30,17 @@ from gliding.tools.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from gliding.tools.mcp.client import MCPGroup
+
+
+def job_hooks(job: str, task: Task, settings: Settings, sandbox: Sandbox | None,
+              bus: Bus) -> Hooks | None:
+    """The job's hooks where its agents run (this host's and, where it allows them, the
+    task's), their events published on the job's event topic; None without hooks."""
+    async def publish(event: Any) -> None:
+        await bus.publish(topics.events(job), JobEvent.of(job, event))
+
+    return Hooks.of(job, task, settings, sandbox, publish)
+
 
 def mcp_groups(task: Task, settings: Settings, sandbox: Sandbox | None = None
                ) -> list[MCPGroup]:

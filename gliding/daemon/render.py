@@ -98,6 +98,12 @@ def _progress_line(event: JobEvent) -> str | None:
             return f"[CA] all checks passed → {d['next']}"
         failed = "; ".join(d.get("failed") or ()) or "a check failed"
         return f"[CA] FAIL {failed} → {d['next']}"
+    if event.event == events.HookRefused.name:
+        return (f"[{d['session']} turn {d['turn']}] {d['tool']} refused by hook "
+                f"`{d['hook']}`: {d['reason']}")
+    if event.event == events.HookFailed.name:
+        on = f" ({d['tool']})" if d.get("tool") else ""
+        return f"hook `{d['hook']}` failed at {d['point']}{on}: {d['error']}"
     if event.event == events.LLMRetry.name:
         return (f"[{d['session']}] model {d['model']}: {d['fault']}, retry "
                 f"{d['retry']}/{d['retries']} in {d['delay_s']:.1f}s")

@@ -304,7 +304,8 @@ class WorkerService:
                             roles=roles, tools=tools, checks=checks, archive=port,
                             budget=budget, bus=self.bus, clock=clock, settings=settings,
                             counter=rt.counter, briefing=briefing, began_dir=began,
-                            sandbox=sandbox, board=board, worker=self.name)
+                            sandbox=sandbox, board=board, worker=self.name,
+                            hooks=parts.job_hooks(job, task, settings, sandbox, self.bus))
 
     async def _withhold_memory(self, a: Assignment, roles: Mapping[str, RoleSpec]) -> None:
         """The job's process did not answer a knowledge ping (and there is no shared

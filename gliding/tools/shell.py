@@ -158,10 +158,11 @@ def stop_orphan(began: Path) -> bool:
 
 async def run_command(
     command: str, workspace: Path, settings: ToolSettings, *, timeout_s: float | None = None,
-    began: Path | None = None, sandbox: Sandbox | None = None,
+    began: Path | None = None, sandbox: Sandbox | None = None, stdin: bytes | None = None,
 ) -> CommandResult:
     """Run ``command`` with bash in the workspace, confined by ``sandbox`` (by default the one
-    ``settings`` ask for), and wait for it and every process it started.
+    ``settings`` ask for), and wait for it and every process it started. ``stdin``: what it
+    reads on its standard input (None: nothing, /dev/null).
 
     Raises:
         ToolError: the workspace is missing, the sandbox cannot run, or bash cannot be started.
@@ -185,7 +186,7 @@ async def run_command(
             argv = entering(cgroup, began, box.argv(command, Path(cwd), identity))
             proc = await anyio.open_process(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
@@ -199,7 +200,7 @@ async def run_command(
             for fd in identity:
                 if fd >= 0:
                     os.close(fd)
-        return await _wait(proc, settings, timeout, flood_limit)
+        return await _wait(proc, settings, timeout, flood_limit, stdin)
     finally:
         if cgroup is not None:
             with anyio.CancelScope(shield=True):
@@ -207,9 +208,9 @@ async def run_command(
 
 
 async def _wait(proc: Process, settings: ToolSettings, timeout: float,  # noqa: ASYNC109
-                flood_limit: int) -> CommandResult:
-    """Read the output of ``proc`` while it runs; kill its group when it ends, times out or
-    floods."""
+                flood_limit: int, feed: bytes | None = None) -> CommandResult:
+    """Read the output of ``proc`` while it runs (writing ``feed`` to its stdin meanwhile,
+    then closing it); kill its group when it ends, times out or floods."""
     pgid = proc.pid  # start_new_session: bash leads a new session and process group
     started = anyio.current_time()
     # the output is kept whole up to the archive cap: in memory up to max_output_bytes, then
@@ -244,10 +245,20 @@ async def _wait(proc: Process, settings: ToolSettings, timeout: float,  # noqa: 
         finally:
             pump_done.set()
 
+    async def write() -> None:  # a command that reads none of it closes the pipe: fine
+        if proc.stdin is None or feed is None:
+            return
+        try:
+            await proc.stdin.send(feed)
+            await proc.stdin.aclose()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass
+
     try:
         with anyio.move_on_after(timeout) as deadline:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(pump)
+                tg.start_soon(write)
                 await proc.wait()
                 exited = True
                 _kill_group(pgid)  # background jobs the command left behind

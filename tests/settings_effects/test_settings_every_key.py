@@ -224,6 +224,12 @@ EFFECT_TESTS: dict[str, list[str]] = {
         "test_settings_workers.test_heartbeat_s_is_how_often_a_worker_says_it_is_alive"],
     "daemon.lease_s": [
         "test_settings_workers.test_lease_s_is_how_long_a_silent_workers_work_stays_with_it"],
+    "hooks.run": [
+        "test_settings_hooks.test_run_hooks_run_at_their_points_and_a_before_tool_hook_refuses_a_call",
+        "test_settings_hooks.test_run_default_has_no_hooks_and_the_call_runs"],
+    "hooks.allow_task": [
+        "test_settings_hooks.test_allow_task_true_runs_a_task_files_hooks",
+        "test_settings_hooks.test_allow_task_default_false_logs_a_task_files_hooks_and_runs_none"],
     "daemon.agents": [
         "test_settings_workers."
         "test_agents_decides_whether_workers_or_the_jobs_own_process_run_its_roles"],

@@ -1,0 +1,89 @@
+"""hooks.*: the host's hooks run at their points of a real (scripted) job, in the sandbox; a
+before_tool hook that exits 2 refuses the call and the agent reads why; a task's hooks run only
+where hooks.allow_task says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from gliding.testing import call
+from tests.settings_effects.effects_support import run_scripted, settings_from, write_task
+
+LOG = "hooks.log"
+# each hook appends what it got to hooks.log: "<point> <tool or status or outcome>"
+NOTE = ("python3 -c 'import json,sys; d=json.load(sys.stdin); "
+        "print(d[\"hook\"], d.get(\"tool\") or d.get(\"status\") or d.get(\"outcome\"))' "
+        f">> {LOG}")
+REFUSE_RM = ("if grep -q 'rm -rf'; then echo 'no removing: ask a person' >&2; exit 2; fi")
+
+
+@pytest.fixture
+def tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "workspace").mkdir()
+    return tmp_path
+
+
+def script() -> dict[str, list]:
+    return {"DA": [call("bash", command="echo kept > kept.txt"),
+                   call("bash", command="rm -rf kept.txt"),
+                   call("finish", summary="tried")]}
+
+
+def test_run_hooks_run_at_their_points_and_a_before_tool_hook_refuses_a_call(tmp: Path) -> None:
+    hooks = [{"at": "before_tool", "tools": ["bash"], "command": REFUSE_RM},
+             {"at": "after_tool", "command": NOTE},
+             {"at": "role_end", "command": NOTE},
+             {"at": "job_end", "command": NOTE}]
+    settings = settings_from(tmp, {"GLIDING_HOOKS__RUN": json.dumps(hooks)})
+    task = write_task(tmp, "goal: Keep kept.txt\npipeline: [DA]\n")
+    job = run_scripted(task, settings, script())
+    assert job.handle.report.outcome == "success", job.handle.report
+    workspace = tmp / "workspace"
+    assert (workspace / "kept.txt").read_text() == "kept\n"  # the rm never ran
+    # the agent read why on its next turn, as the tool's error
+    last = job.llm.requests[-1].messages[-1].content
+    assert "refused by a hook: no removing: ask a person" in last
+    refused = [e for e in job.events if e.event == "hook.refused"]
+    assert [(e.data["tool"], e.data["reason"]) for e in refused] == [
+        ("bash", "no removing: ask a person")]
+    # after_tool ran for the call that ran, not the refused one (finish is no tool call)
+    assert (workspace / LOG).read_text().splitlines() == [
+        "after_tool bash", "role_end finished", "job_end success"]
+
+
+def test_run_default_has_no_hooks_and_the_call_runs(tmp: Path) -> None:
+    settings = settings_from(tmp)
+    task = write_task(tmp, "goal: Keep kept.txt\npipeline: [DA]\n")
+    job = run_scripted(task, settings, script())
+    assert not (tmp / "workspace" / "kept.txt").exists()  # removed: nothing stood in the way
+    assert not [e for e in job.events if e.event.startswith("hook.")]
+
+
+TASK_WITH_HOOKS = f"""goal: Keep kept.txt
+pipeline: [DA]
+hooks:
+  - at: before_tool
+    tools: [bash]
+    command: "{REFUSE_RM}"
+"""
+
+
+def test_allow_task_true_runs_a_task_files_hooks(tmp: Path) -> None:
+    settings = settings_from(tmp, {"GLIDING_HOOKS__ALLOW_TASK": "true"})
+    job = run_scripted(write_task(tmp, TASK_WITH_HOOKS), settings, script())
+    assert (tmp / "workspace" / "kept.txt").exists()
+    assert [e.event for e in job.events if e.event.startswith("hook.")] == ["hook.refused"]
+
+
+def test_allow_task_default_false_logs_a_task_files_hooks_and_runs_none(tmp: Path) -> None:
+    settings = settings_from(tmp)
+    with capture_logs() as logs:
+        job = run_scripted(write_task(tmp, TASK_WITH_HOOKS), settings, script())
+    assert not (tmp / "workspace" / "kept.txt").exists()
+    assert not [e for e in job.events if e.event.startswith("hook.")]
+    assert any(e["event"] == "hooks.task.refused" for e in logs)
