@@ -1,15 +1,18 @@
 """Hooks: commands a host (and, where it allows, a task) runs at lifecycle points of a job.
 
 Points: ``before_tool`` (before a tool call runs; it may refuse the call), ``after_tool``
-(after its result is archived), ``role_end`` (a role's session ended), ``job_end`` (the job
-has its outcome). Each hook is a bash command, run in the workspace, that gets one JSON
-document on stdin::
+(after its result is archived), ``before_compaction`` and ``after_compaction`` (a session's
+prompt is about to compact, and did: old turns leave it for their L1 lines), ``role_end`` (a
+role's session ended), ``job_end`` (the job has its outcome). Each hook is a bash command, run
+in the workspace, that gets one JSON document on stdin::
 
     {"hook": "before_tool", "job": "...", "role": "DA", "session": "DA", "turn": 3,
      "tool": "bash", "arguments": {"command": "rm -rf build"}}
 
 ``after_tool`` adds ``ok`` and ``output`` (at most ``OUTPUT_CHARS`` characters, and
-``output_cut``: how many more there were); ``role_end`` has ``role``, ``session``, ``status``
+``output_cut``: how many more there were); the compaction points have ``role``, ``session``,
+``turn`` and ``compactions`` (the session's so far; ``after_compaction`` also
+``prompt_tokens``, the prompt's size after it); ``role_end`` has ``role``, ``session``, ``status``
 and ``turns``; ``job_end`` has ``outcome``. A hook's message is what it writes on stderr (its
 stdout is discarded). Exit 0: go on. Exit 2 from a ``before_tool`` hook refuses the call:
 the tool does not run and the agent gets ``refused by a hook: <its stderr>`` as the tool's
@@ -115,6 +118,16 @@ class Hooks:
         await self._notify("role_end", {"hook": "role_end", "job": self.job, "role": role,
                                         "session": session, "status": status,
                                         "turns": turns})
+
+    async def compaction(self, point: str, *, role: str, session: str, turn: int,
+                         compactions: int, prompt_tokens: int | None = None) -> None:
+        """``before_compaction`` (the session's prompt is about to compact) or
+        ``after_compaction`` (it did; ``prompt_tokens`` is the prompt's size now)."""
+        doc: dict[str, Any] = {"hook": point, "job": self.job, "role": role,
+                               "session": session, "turn": turn, "compactions": compactions}
+        if prompt_tokens is not None:
+            doc["prompt_tokens"] = prompt_tokens
+        await self._notify(point, doc)
 
     async def job_end(self, outcome: str | None) -> None:
         await self._notify("job_end", {"hook": "job_end", "job": self.job,

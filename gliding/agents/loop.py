@@ -277,7 +277,18 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 all(t in ran for t in role.finish_requires)
                 and len(ran) >= role.finish_min_calls)
             loaded = [t.spec() for t in toolset.tools if env.toolset.get(t.name) is None]
+            iri = str(turn_iri(env.job, name, n))
+            hooked = env.hooks is not None and engine.due() and await env.archive.find(
+                iri) is None  # a replayed turn's compaction ran its hooks the first time
+            if hooked and env.hooks is not None:
+                await env.hooks.compaction("before_compaction", role=role.name, session=name,
+                                           turn=n, compactions=engine.stats.compactions)
+            done = engine.stats.compactions
             prompt = engine.prompt()  # the assignment is its focus: the prefix's task
+            if hooked and env.hooks is not None and engine.stats.compactions > done:
+                await env.hooks.compaction("after_compaction", role=role.name, session=name,
+                                           turn=n, compactions=engine.stats.compactions,
+                                           prompt_tokens=engine.stats.last_prompt_tokens)
             if engine.stalled:
                 error = guards.stall_error(engine.stalls, env.context.window, STALL_CALLS)
                 await _guard(env, n, State.COMPACTION_STALLED, error)
@@ -291,7 +302,6 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                                  meta={"role": role.name, "turn": n, "session": name,
                                        "cache_breakpoints": list(marks.messages),
                                        "cache_tools": marks.tools})
-            iri = str(turn_iri(env.job, name, n))
             warm = [w.iri for w in engine.warmed] if env.context.prefetch.enabled else []
             try:
                 completion, was_archived = await _complete_warming(env, iri, n, request, warm)

@@ -445,7 +445,8 @@ class DaemonSettings(_Section):
         return self
 
 
-HookPoint = Literal["before_tool", "after_tool", "role_end", "job_end"]
+HookPoint = Literal["before_tool", "after_tool", "before_compaction", "after_compaction",
+                   "role_end", "job_end"]
 HOOK_COMMAND_CHARS = 10_000
 
 

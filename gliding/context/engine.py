@@ -290,9 +290,7 @@ class ContextEngine:
         total = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
         block_tokens = sum(x.tokens for x in self.live if x.tool == WORKING_SET)
         self._since_compaction += 1
-        # the block is not growth: it must not bring a compaction
-        if not self.whole and (total - block_tokens > self._trigger
-                               or len(self.live) > s.max_messages or total > s.max_tokens):
+        if self._due(total, block_tokens, len(self.live)):
             done = self.stats.compactions
             self._compact(focus)
             total = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in self.live)
@@ -318,6 +316,20 @@ class ContextEngine:
         self.stats.last_prompt_tokens = total
         self.stats.baseline_tokens += self._prefix_tokens + self._baseline_live
         return messages
+
+    def due(self) -> bool:
+        """Whether the next ``prompt`` compacts (asked before it, e.g. by hooks)."""
+        fresh = not (self.live and self.live[-1].tool == WORKING_SET)
+        live = [x for x in self.live if not (fresh and x.tool == WORKING_SET)]
+        total = self._prefix_tokens + self._history_tokens + sum(x.tokens for x in live)
+        return self._due(total, sum(x.tokens for x in live if x.tool == WORKING_SET), len(live))
+
+    def _due(self, total: int, block_tokens: int, messages: int) -> bool:
+        """A prompt of ``total`` tokens (``block_tokens`` of them the working set, which is
+        not growth and must not bring a compaction) and ``messages`` live messages compacts."""
+        s = self.settings.window
+        return not self.whole and (total - block_tokens > self._trigger
+                                   or messages > s.max_messages or total > s.max_tokens)
 
     @property
     def stalled(self) -> bool:

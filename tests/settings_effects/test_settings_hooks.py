@@ -87,3 +87,24 @@ def test_allow_task_default_false_logs_a_task_files_hooks_and_runs_none(tmp: Pat
     assert not (tmp / "workspace" / "kept.txt").exists()
     assert not [e for e in job.events if e.event.startswith("hook.")]
     assert any(e["event"] == "hooks.task.refused" for e in logs)
+
+
+def test_run_compaction_hooks_run_around_each_compaction(tmp: Path) -> None:
+    """A small window compacts the DA's prompt as it works: each compaction has its
+    before_compaction hook (the session's count so far) and its after_compaction hook."""
+    mark = ("python3 -c 'import json,sys; d=json.load(sys.stdin); "
+            "print(d[\"hook\"], d[\"compactions\"], d.get(\"prompt_tokens\", \"-\") != 0)' "
+            f">> {LOG}")
+    hooks = [{"at": "before_compaction", "command": mark},
+             {"at": "after_compaction", "command": mark}]
+    settings = settings_from(tmp, {"GLIDING_HOOKS__RUN": json.dumps(hooks),
+                                   "GLIDING_CONTEXT__WINDOW__MAX_MESSAGES": "4",
+                                   "GLIDING_CONTEXT__WINDOW__WHOLE_BELOW": "0"})
+    task = write_task(tmp, "goal: Count to six\npipeline: [DA]\n")
+    calls = [call("bash", command=f"echo {n} >> count.txt") for n in range(1, 7)]
+    job = run_scripted(task, settings, {"DA": [*calls, call("finish", summary="counted")]})
+    assert job.handle.report.outcome == "success", job.handle.report
+    lines = (tmp / "workspace" / LOG).read_text().splitlines()
+    assert lines and len(lines) % 2 == 0
+    for n, (before, after) in enumerate(zip(lines[::2], lines[1::2], strict=True)):
+        assert before == f"before_compaction {n} True" and after == f"after_compaction {n + 1} True"
