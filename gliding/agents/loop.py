@@ -77,6 +77,8 @@ from gliding.agents import guards
 from gliding.agents.hooks import Hooks
 from gliding.agents.offer import declare, own_summaries, resolve, take_summary, tool_search
 from gliding.agents.roles import RoleSpec
+from gliding.agents.steer import PREFIX as STEER_PREFIX
+from gliding.agents.steer import Steering
 from gliding.bus import topics
 from gliding.bus.messages import ArchivedMsg, JobEvent
 from gliding.bus.port import Bus
@@ -130,6 +132,7 @@ log = structlog.get_logger("gliding.agent")
 
 NUDGE = "Reply with one tool call. When your part is done, call finish."
 LINE_CHARS = 160  # a turn summary and a progress line, at most
+STEER_SHOWN = 200  # of a steer message, in its event
 # a tool result longer than this is added to the context on a worker thread: counting, routing
 # and indexing 200 KB takes a few hundred ms of CPU that would stop every job's event loop
 OFF_LOOP_CHARS = 32_000
@@ -208,6 +211,7 @@ class AgentEnv:
     # what the team recorded since the last turn ("" when nothing): asked before each turn
     board_update: Callable[[], Awaitable[str]] | None = None
     hooks: Hooks | None = None  # commands before and after each tool call (agents/hooks.py)
+    steering: Steering | None = None  # a person's messages to the job (agents/steer.py)
     # the same call this many times in a row stops the session (loop_detected); 0: no limit
     # (the worker passes scheduler.loop_limit)
     loop_limit: int = 0
@@ -278,8 +282,11 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 and len(ran) >= role.finish_min_calls)
             loaded = [t.spec() for t in toolset.tools if env.toolset.get(t.name) is None]
             iri = str(turn_iri(env.job, name, n))
-            hooked = env.hooks is not None and engine.due() and await env.archive.find(
-                iri) is None  # a replayed turn's compaction ran its hooks the first time
+            replaying = await env.archive.find(iri) is not None
+            if env.steering is not None:
+                await _steer(env, engine, name, n, replaying)
+            # a replayed turn's compaction ran its hooks the first time
+            hooked = env.hooks is not None and engine.due() and not replaying
             if hooked and env.hooks is not None:
                 await env.hooks.compaction("before_compaction", role=role.name, session=name,
                                            turn=n, compactions=engine.stats.compactions)
@@ -579,6 +586,19 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
                                    tool=call.name, arguments=call.arguments, ok=outcome.ok,
                                    output=outcome.output)
     return outcome, toolset
+
+
+async def _steer(env: AgentEnv, engine: ContextEngine, session: str, n: int,
+                 replaying: bool) -> None:
+    """Append the steers for turn ``n`` (those it took, and, played for the first time, those
+    no session has taken) as user messages before its prompt; a new one is a job event."""
+    assert env.steering is not None
+    for iri, text, new in await env.steering.take(session, n, claim=not replaying):
+        engine.add(Message("user", f"{STEER_PREFIX}\n{text}"), iri=iri)
+        if new:
+            log.info("agent.steered", job=env.job, session=session, turn=n, steer=iri)
+            await env.bus.publish(topics.events(env.job), JobEvent.of(env.job, events.Steered(
+                session=session, turn=n, steer=iri, text=one_line(text, STEER_SHOWN))))
 
 
 def _within_budget(env: AgentEnv, ctx: ToolContext) -> ToolContext:

@@ -43,6 +43,7 @@ import structlog
 from gliding.agents.hooks import Hooks
 from gliding.agents.loop import AgentEnv, AgentResult, run_agent
 from gliding.agents.roles import RoleSpec
+from gliding.agents.steer import Steering
 from gliding.bus import topics
 from gliding.bus.messages import (
     AnswerMsg,
@@ -127,6 +128,7 @@ class AgentWorker:
 
     def __init__(self, kit: JobAgents, roles: Sequence[str], *, concurrency: int = 1) -> None:
         self.kit = kit
+        self.steering = Steering(kit.archive, kit.job)  # every session's, one cache
         self.roles = tuple(dict.fromkeys(roles))
         self.concurrency = max(1, concurrency)
         self._running: set[_Key] = set()  # the assignments whose sessions run now
@@ -202,7 +204,7 @@ class AgentWorker:
             turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir,
             data_dir=kit.settings.data_dir, session=session_of(a) if a.step else "",
             board_update=update, loop_limit=kit.settings.scheduler.loop_limit,
-            hooks=kit.hooks)
+            hooks=kit.hooks, steering=self.steering)
         step, session = (a.step, env.session) if a.step else (None, None)
         await self._event(events.RoleStarted(role=spec.name, cycle=a.cycle, attempt=a.attempt,
                                              step=step, session=session, worker=kit.worker))

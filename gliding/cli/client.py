@@ -127,6 +127,10 @@ class DaemonClient:
     def resume(self, job: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/v1/jobs/{_segment(job)}/resume"))
 
+    def steer(self, job: str, message: str) -> dict[str, Any]:
+        return dict(self._call("POST", f"/v1/jobs/{_segment(job)}/steer",
+                               json={"message": message}))
+
     def read(self, iri: str, offset: int = 0, limit: int = 16_000) -> dict[str, Any]:
         return dict(self._call("GET", "/v1/iri", params={"iri": iri, "offset": offset,
                                                           "limit": limit}))

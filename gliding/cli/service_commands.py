@@ -270,6 +270,22 @@ def logs(
 
 
 @app.command()
+def steer(
+    job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
+    message: str = typer.Argument(..., help="What to tell it (at most 4000 characters)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
+) -> None:
+    """Tell a running job of the daemon something: appended before the next model call of
+    one of its sessions, and kept in its archive (a resumed job replays it where it was)."""
+    _settings_, client = _client(data_dir)
+    with client:
+        found = client.steer(job, message)
+    from gliding.core.logs import terminal_safe
+
+    typer.echo(terminal_safe(f"{found['job']} steered: {found['steer']}"))
+
+
+@app.command()
 def cancel(
     job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),

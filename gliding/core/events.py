@@ -183,6 +183,15 @@ class MCPServerUnavailable(Event):
 
 
 @dataclass(frozen=True)
+class Steered(Event):
+    name: ClassVar[str] = "steer.taken"
+    session: str  # the session whose next model call got it
+    turn: int
+    steer: str  # its IRI in L0
+    text: str  # the message, one line, clipped
+
+
+@dataclass(frozen=True)
 class HookRefused(Event):
     name: ClassVar[str] = "hook.refused"
     hook: str  # its command, one line, clipped
@@ -268,8 +277,9 @@ class StreamDropped(Event):
 EVENTS: dict[str, type[Event]] = {cls.name: cls for cls in (
     JobStarted, PlanNotes, CheckReport, JobFinished, RoleStarted, RoleFinished, Turn,
     GuardTripped, MemoryWithheld, LLMRetry, LLMFallback, JobSandbox, ToolchainRefused,
-    WorkspaceChanged, MCPServerUnavailable, HookRefused, HookFailed, WorkGranted, WorkLapsed,
-    JobQueued, JobDispatched, JobCancelled, JobStopped, JobSuspended, StreamDropped)}
+    WorkspaceChanged, MCPServerUnavailable, Steered, HookRefused, HookFailed, WorkGranted,
+    WorkLapsed, JobQueued, JobDispatched, JobCancelled, JobStopped, JobSuspended,
+    StreamDropped)}
 """Every event, by name."""
 
 

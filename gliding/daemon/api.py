@@ -10,6 +10,8 @@
                                      ``follow=false``: the past only
     POST /v1/jobs/{job}/cancel       queued: never starts; running: stops at its next await
     POST /v1/jobs/{job}/resume       queue an interrupted or cancelled job again
+    POST /v1/jobs/{job}/steer        {"message"} → 202 {"job", "steer"}: appended before the
+                                     next model call of one of its sessions (agents/steer.py)
     GET  /v1/iri?iri&offset&limit    a page of an archived item (as the read_result tool)
     GET  /v1/health                  {"status": "ok"}: no token needed, nothing revealed
     GET  /v1/openapi.json            this API's OpenAPI document
@@ -52,6 +54,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gliding import __version__
+from gliding.agents.steer import STEER_CHARS
 from gliding.config.settings import Settings
 from gliding.config.yamlsource import USER_FILE_MAX_BYTES
 from gliding.core.text import error_line, traceback_text
@@ -117,6 +120,17 @@ class SubmitIn(_Wire):
     base_dir: str | None = Field(None, description=(
         "Absolute directory a relative workspace (and scripted replies file) is taken from; "
         "default: the daemon's working directory."))
+
+
+class SteerIn(_Wire):
+    message: str = Field(min_length=1, max_length=STEER_CHARS, description=(
+        "What to tell the running job: appended as a user message before the next model call "
+        "of one of its sessions, and kept in its archive (replayed on resume)."))
+
+
+class SteerOut(_Wire):
+    job: str
+    steer: str = Field(description="The message's IRI in the job's archive.")
 
 
 class Submitted(_Wire):
@@ -327,6 +341,11 @@ def build_app(service: JobService, token: str) -> FastAPI:
               )
     async def cancel(job: str) -> dict[str, Any]:
         return job_record(await service.cancel(job))
+
+    @v1.post("/jobs/{job}/steer", response_model=SteerOut, status_code=202,
+             summary="Tell a running job something before its next model call")
+    async def steer(job: str, body: SteerIn) -> dict[str, Any]:
+        return {"job": job, "steer": await service.steer(job, body.message)}
 
     @v1.post("/jobs/{job}/resume", response_model=JobOut,
               summary="Queue an interrupted or cancelled job again")

@@ -98,6 +98,8 @@ def _progress_line(event: JobEvent) -> str | None:
             return f"[CA] all checks passed → {d['next']}"
         failed = "; ".join(d.get("failed") or ()) or "a check failed"
         return f"[CA] FAIL {failed} → {d['next']}"
+    if event.event == events.Steered.name:
+        return f"[{d['session']} turn {d['turn']}] steered: {d['text']}"
     if event.event == events.HookRefused.name:
         return (f"[{d['session']} turn {d['turn']}] {d['tool']} refused by hook "
                 f"`{d['hook']}`: {d['reason']}")

@@ -47,6 +47,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from gliding.agents.steer import post_steer
 from gliding.bus.messages import JobEvent
 from gliding.config.settings import Settings
 from gliding.config.task import load_task_text
@@ -120,6 +121,7 @@ class JobService:
         self._runtime: Runtime | None = None
         self._tg: TaskGroup | None = None
         self._active: dict[str, _Active] = {}
+        self._steering = anyio.Lock()  # one steer written at a time: they are numbered
         self.events_log = EventLog(self.data_dir, now)
         self._wake_dispatch = anyio.Event()
         self._jobs_done = anyio.Event()
@@ -354,6 +356,29 @@ class JobService:
                                 hint="only queued or running jobs can be cancelled")
         raise JobStateError(f"job {job} changed state while it was being cancelled",
                             hint="look at its status and ask again")
+
+    async def steer(self, job: str, message: str) -> str:
+        """Archive ``message`` as ``job``'s next steer (``agents/steer.py``): one of its
+        sessions appends it before its next model call. Returns its IRI.
+
+        Raises:
+            JobStateError: the job is not running. UsageError: the message is blank or too
+                long, or the job took its last steer. NotFoundError, IRIError, ArchiveError.
+        """
+        entry = await self.get(job)
+        if entry.state != q.RUNNING:
+            raise JobStateError(f"job {job} is {entry.state}: only a running job can be "
+                                "steered", hint="resume it first (gliding resume JOB)"
+                                if entry.state in (q.INTERRUPTED, q.CANCELLED) else None)
+
+        def write() -> str:
+            with Archive.open(self.data_dir, job, create=False) as archive:
+                return post_steer(archive, message)
+
+        async with self._steering:
+            iri = await anyio.to_thread.run_sync(write)
+        log.info("daemon.job.steered", job=job, steer=iri)
+        return iri
 
     async def resume(self, job: str) -> QueuedJob:
         """Queue an interrupted or cancelled job again; its run resumes its archive.

@@ -72,6 +72,7 @@ def test_every_endpoint_but_health_wants_the_token(tmp_path: Path) -> None:
                              ("GET", "/v1/jobs/20260101-000000-aaaaaa"),
                              ("GET", "/v1/jobs/20260101-000000-aaaaaa/events"),
                              ("POST", "/v1/jobs/20260101-000000-aaaaaa/cancel"),
+                             ("POST", "/v1/jobs/20260101-000000-aaaaaa/steer"),
                              ("GET", "/v1/iri?iri=gliding://job/x"), ("GET", "/v1/openapi.json")):
             missing = await client.request(method, path)
             assert error_of(missing, 401)["code"] == "auth.failed"
@@ -124,12 +125,32 @@ def test_bad_submissions_are_json_errors_and_queue_nothing(tmp_path: Path) -> No
     assert not (tmp_path / "workspace").exists()
 
 
+def test_a_steer_needs_a_message_a_known_job_and_a_running_one(tmp_path: Path) -> None:
+    async def test(client: httpx.AsyncClient, tmp: Path) -> None:
+        path = "/v1/jobs/20260101-000000-aaaaaa/steer"
+        for body in ({}, {"message": ""}, {"message": "x" * 4001}, {"message": 3}):
+            error_of(await client.post(path, json=body, headers=AUTH), 422)
+        missing = await client.post(path, json={"message": "go"}, headers=AUTH)
+        assert error_of(missing, 404)["code"]
+        model = write_replies(tmp, "r.yaml", replies())
+        job = (await client.post("/v1/jobs", json={"task": TASK.format(workspace="ws"),
+                                                   "model": model, "base_dir": str(tmp)},
+                                 headers=AUTH)).json()["job"]
+        while (await client.get(f"/v1/jobs/{job}", headers=AUTH)).json()["state"] in (
+                "queued", "running"):
+            await anyio.sleep(0.05)
+        done = await client.post(f"/v1/jobs/{job}/steer", json={"message": "go"}, headers=AUTH)
+        assert "only a running job" in error_of(done, 409)["message"]
+
+    run(tmp_path, test)
+
+
 def test_the_openapi_document_has_every_path(tmp_path: Path) -> None:
     async def test(client: httpx.AsyncClient, tmp: Path) -> None:
         doc = (await client.get("/v1/openapi.json", headers=AUTH)).json()
         assert set(doc["paths"]) == {"/v1/health", "/v1/jobs", "/v1/jobs/{job}",
                                      "/v1/jobs/{job}/events", "/v1/jobs/{job}/cancel",
-                                     "/v1/jobs/{job}/resume", "/v1/iri"}
+                                     "/v1/jobs/{job}/resume", "/v1/jobs/{job}/steer", "/v1/iri"}
         submit = doc["paths"]["/v1/jobs"]["post"]
         assert submit["responses"]["201"]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/Submitted"}
