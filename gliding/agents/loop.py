@@ -79,6 +79,7 @@ from gliding.agents.offer import declare, own_summaries, resolve, take_summary, 
 from gliding.agents.roles import RoleSpec
 from gliding.agents.steer import PREFIX as STEER_PREFIX
 from gliding.agents.steer import Steering
+from gliding.agents.tracing import NO_TRACES, Tracer, provider_of
 from gliding.bus import topics
 from gliding.bus.messages import ArchivedMsg, JobEvent
 from gliding.bus.port import Bus
@@ -212,6 +213,7 @@ class AgentEnv:
     board_update: Callable[[], Awaitable[str]] | None = None
     hooks: Hooks | None = None  # commands before and after each tool call (agents/hooks.py)
     steering: Steering | None = None  # a person's messages to the job (agents/steer.py)
+    tracer: Tracer = NO_TRACES  # the job's spans (agents/tracing.py)
     # the same call this many times in a row stops the session (loop_detected); 0: no limit
     # (the worker passes scheduler.loop_limit)
     loop_limit: int = 0
@@ -311,7 +313,13 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                                        "cache_tools": marks.tools})
             warm = [w.iri for w in engine.warmed] if env.context.prefetch.enabled else []
             try:
-                completion, was_archived = await _complete_warming(env, iri, n, request, warm)
+                with env.tracer.span(f"chat {env.llm.name}", {
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.provider.name": provider_of(env.llm.name),
+                        "gen_ai.request.model": env.llm.name, "gliding.turn": n}) as span:
+                    completion, was_archived = await _complete_warming(env, iri, n, request,
+                                                                       warm)
+                    span.set_attributes(_usage_attributes(completion, was_archived))
             except ProviderUnavailable:
                 raise  # not the role's failure: the job stops interrupted, resumable
             except GlidingError as exc:
@@ -382,10 +390,14 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 continue
             earlier = results_of.get(key)
             rereads += earlier is not None and not engine.holds_whole(earlier)
-            outcome, toolset = await _act(
-                env, call, res_iri, n, toolset, tool_ctx, repeated=earlier is not None,
-                warning=guards.warning(row, env.loop_limit),
-                refused=oversize or resolved.problem)
+            with env.tracer.span(f"execute_tool {call.name}", {
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name,
+                    "gen_ai.tool.call.id": calls[0].id, "gliding.turn": n}) as span:
+                outcome, toolset = await _act(
+                    env, call, res_iri, n, toolset, tool_ctx, repeated=earlier is not None,
+                    warning=guards.warning(row, env.loop_limit),
+                    refused=oversize or resolved.problem)
+                span.set_attributes({"gliding.tool.ok": outcome.ok})
             if not (oversize or resolved.problem):  # a refused call was not made (not loaded)
                 results_of[key] = res_iri
             if not outcome.ok:
@@ -586,6 +598,17 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
                                    tool=call.name, arguments=call.arguments, ok=outcome.ok,
                                    output=outcome.output)
     return outcome, toolset
+
+
+def _usage_attributes(c: Completion, replayed: bool) -> dict[str, str | int | float | bool]:
+    """A model call's span attributes once it answered (tokens as the provider reported)."""
+    out: dict[str, str | int | float | bool] = {
+        "gen_ai.response.model": c.model, "gen_ai.usage.input_tokens": c.usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": c.usage.completion_tokens,
+        "gliding.usage.cached_tokens": c.usage.cached_tokens, "gliding.replayed": replayed}
+    if not c.usage.unpriced_calls:
+        out["gliding.cost_usd"] = c.usage.cost_usd
+    return out
 
 
 async def _steer(env: AgentEnv, engine: ContextEngine, session: str, n: int,

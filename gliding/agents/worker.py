@@ -44,6 +44,7 @@ from gliding.agents.hooks import Hooks
 from gliding.agents.loop import AgentEnv, AgentResult, run_agent
 from gliding.agents.roles import RoleSpec
 from gliding.agents.steer import Steering
+from gliding.agents.tracing import NO_TRACES, Tracer
 from gliding.bus import topics
 from gliding.bus.messages import (
     AnswerMsg,
@@ -104,6 +105,7 @@ class JobAgents:
     board: BoardUpdates | None = None  # what a session is shown between turns (coherence)
     worker: str | None = None  # the `gliding worker` these agents run on; None: the job's own
     hooks: Hooks | None = None  # the job's hooks on this host (agents/hooks.py)
+    tracer: Tracer = NO_TRACES  # the job's spans on this host (agents/tracing.py)
 
 
 class BoardUpdates(Protocol):
@@ -204,13 +206,20 @@ class AgentWorker:
             turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir,
             data_dir=kit.settings.data_dir, session=session_of(a) if a.step else "",
             board_update=update, loop_limit=kit.settings.scheduler.loop_limit,
-            hooks=kit.hooks, steering=self.steering)
+            hooks=kit.hooks, steering=self.steering, tracer=kit.tracer)
         step, session = (a.step, env.session) if a.step else (None, None)
         await self._event(events.RoleStarted(role=spec.name, cycle=a.cycle, attempt=a.attempt,
                                              step=step, session=session, worker=kit.worker))
         crash_point(f"role.start:{spec.name}")
         try:
-            result = await run_agent(env, a.instructions)
+            with kit.tracer.span(f"invoke_agent {spec.name}", {
+                    "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": spec.name,
+                    "gliding.session": session_of(a), "gliding.cycle": a.cycle,
+                    "gliding.attempt": a.attempt, **({"gliding.step": a.step} if a.step
+                                                     else {})}) as span:
+                result = await run_agent(env, a.instructions)
+                span.set_attributes({"gliding.status": result.status,
+                                     "gliding.turns": result.turns})
         finally:
             if kit.board is not None:
                 kit.board.end(seen)

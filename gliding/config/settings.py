@@ -481,6 +481,18 @@ class HooksSettings(_Section):
         return value
 
 
+class TraceSettings(_Section):
+    # an OTLP/HTTP traces endpoint (http://127.0.0.1:4318/v1/traces); None: no traces
+    endpoint: str | None = Field(None, min_length=1, max_length=2000)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("must be an http(s) URL, e.g. http://127.0.0.1:4318/v1/traces")
+        return value
+
+
 class Settings(_Section):
     data_dir: Path = Path(".gliding")  # job archives live under <data_dir>/jobs/<job>/
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
@@ -494,6 +506,7 @@ class Settings(_Section):
     bus: BusSettings = BusSettings()
     daemon: DaemonSettings = DaemonSettings()
     hooks: HooksSettings = HooksSettings()
+    traces: TraceSettings = TraceSettings()
 
     @field_validator("data_dir", mode="before")
     @classmethod

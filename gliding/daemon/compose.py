@@ -32,6 +32,7 @@ import structlog
 from pydantic import ValidationError
 
 from gliding.agents.roles import RoleSpec, load_roles
+from gliding.agents.tracing import Tracer
 from gliding.agents.worker import AgentWorker, JobAgents
 from gliding.bus import topics
 from gliding.bus.messages import Assignment, CheckReportMsg, JobEvent
@@ -377,7 +378,8 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                         settings=settings, counter=rt.counter,
                         briefing=briefing if rt.projector is not None else None,
                         began_dir=_began_dir(archive), sandbox=j.sandbox, board=jb,
-                        hooks=parts.job_hooks(job, task, settings, j.sandbox, bus))
+                        hooks=parts.job_hooks(job, task, settings, j.sandbox, bus),
+                        tracer=Tracer(settings.traces.endpoint))
         worker = AgentWorker(kit, state.roles, concurrency=settings.scheduler.max_parallel)
 
         async def verify(command: Verify) -> CheckReportMsg:
@@ -397,16 +399,21 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                 j.on_event(JobEvent.of(job, MCPServerUnavailable(
                     server=group.server_name, reason=group.unavailable)))
         try:
-            final = await _drive(j, state, commands, resumed, bus, worker, ingest, journal,
-                                 verify, rt.access())
+            with kit.tracer.span("gliding.job", {"gliding.job.id": job,
+                                                 "gen_ai.conversation.id": job}) as span:
+                final = await _drive(j, state, commands, resumed, bus, worker, ingest,
+                                     journal, verify, rt.access())
+                span.set_attributes({"gliding.job.outcome": str(final.outcome)})
             if kit.hooks is not None:
                 await kit.hooks.job_end(final.outcome)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await _close(job, tools, bus, quiet=True)  # the error in flight is the news
+                await anyio.to_thread.run_sync(kit.tracer.close)
             raise
         with anyio.CancelScope(shield=True):
             await _close(job, tools, bus, quiet=False)
+            await anyio.to_thread.run_sync(kit.tracer.close)
         board_updates = dataclasses.asdict(jb.views.stats) if jb is not None else {}
     assert final.outcome is not None
     archived, skipped = await anyio.to_thread.run_sync(artifacts.archive_artifacts, archive,

@@ -43,6 +43,7 @@ import anyio
 import structlog
 
 from gliding.agents.roles import RoleSpec, load_roles
+from gliding.agents.tracing import Tracer
 from gliding.agents.worker import AgentWorker, JobAgents, failed_answer
 from gliding.bus import topics
 from gliding.bus.auth import NAME_CHARS, digest, read_key_file
@@ -300,12 +301,15 @@ class WorkerService:
                 board = await stack.enter_async_context(worker_views(
                     self.bus, job, agent, item.coherence_lease_s, settings, rt.counter.count))
             await stack.enter_async_context(tools)  # open now, closed when the agent ends
+            tracer = Tracer(settings.traces.endpoint)  # this worker's spans of the assignment
+            stack.push_async_callback(anyio.to_thread.run_sync, tracer.close)
             yield JobAgents(job=job, workspace=task.workspace, llm=await self._llm(item.model),
                             roles=roles, tools=tools, checks=checks, archive=port,
                             budget=budget, bus=self.bus, clock=clock, settings=settings,
                             counter=rt.counter, briefing=briefing, began_dir=began,
                             sandbox=sandbox, board=board, worker=self.name,
-                            hooks=parts.job_hooks(job, task, settings, sandbox, self.bus))
+                            hooks=parts.job_hooks(job, task, settings, sandbox, self.bus),
+                            tracer=tracer)
 
     async def _withhold_memory(self, a: Assignment, roles: Mapping[str, RoleSpec]) -> None:
         """The job's process did not answer a knowledge ping (and there is no shared

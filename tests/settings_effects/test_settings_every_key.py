@@ -231,6 +231,10 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "hooks.allow_task": [
         "test_settings_hooks.test_allow_task_true_runs_a_task_files_hooks",
         "test_settings_hooks.test_allow_task_default_false_logs_a_task_files_hooks_and_runs_none"],
+    "traces.endpoint": [
+        "test_settings_traces.test_endpoint_gets_the_jobs_span_tree_with_token_attributes",
+        "test_settings_traces.test_endpoint_default_sends_nothing",
+        "test_settings_traces.test_endpoint_must_be_an_http_url"],
     "daemon.agents": [
         "test_settings_workers."
         "test_agents_decides_whether_workers_or_the_jobs_own_process_run_its_roles"],
