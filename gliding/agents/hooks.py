@@ -53,7 +53,6 @@ log = structlog.get_logger("gliding.hooks")
 REFUSE = 2  # the exit code by which a before_tool hook refuses the call
 OUTPUT_CHARS = 20_000  # of a tool's output, in an after_tool hook's document
 REASON_CHARS = 1_000  # of a hook's stderr, as the agent and the events see it
-NAME_CHARS = 80  # of a hook's command, naming it in events and logs
 
 Publish = Callable[[events.Event], Awaitable[None]]
 
@@ -96,7 +95,7 @@ class Hooks:
             result, error = await self._run(hook, doc)
             if result is not None and result.exit_code == REFUSE:
                 reason = _message(result) or "no reason given"
-                await self._event(events.HookRefused(hook=_name(hook), tool=tool,
+                await self._event(events.HookRefused(hook=self.name(hook), tool=tool,
                                                      session=session, turn=turn,
                                                      reason=reason))
                 return reason
@@ -152,7 +151,8 @@ class Hooks:
             box = dataclasses.replace(box, mode="off")
         # only stderr comes back: stdout goes to /dev/null, stderr to where stdout was
         wrapped = f"( {hook.command}\n) 2>&1 >/dev/null"
-        payload = json.dumps(doc, ensure_ascii=False, default=str).encode("utf-8")
+        # ASCII: a model's arguments may hold a lone surrogate, which UTF-8 cannot encode
+        payload = json.dumps(doc, ensure_ascii=True, default=str).encode("ascii")
         try:
             result = await run_command(wrapped, self.workspace, self.tools,
                                        timeout_s=hook.timeout_s, sandbox=box, stdin=payload)
@@ -163,11 +163,16 @@ class Hooks:
         said = _message(result)
         return result, result.status_line() + (f": {said}" if said else "")
 
+    def name(self, hook: HookSettings) -> str:
+        """How events and logs name a hook: its ``name``, else its point and place among the
+        job's hooks (never its command, which may hold a webhook's secret)."""
+        return hook.name or f"{hook.at} hook {self.hooks.index(hook) + 1}"
+
     async def _failed(self, hook: HookSettings, point: str, error: str,
                       tool: str | None) -> None:
-        log.info("hook.failed", job=self.job, hook=_name(hook), point=point, tool=tool,
+        log.info("hook.failed", job=self.job, hook=self.name(hook), point=point, tool=tool,
                     error=error)
-        await self._event(events.HookFailed(hook=_name(hook), point=point, error=error,
+        await self._event(events.HookFailed(hook=self.name(hook), point=point, error=error,
                                             tool=tool))
 
     async def _event(self, event: events.Event) -> None:
@@ -181,8 +186,3 @@ class Hooks:
 def _message(result: CommandResult) -> str:
     """What a hook said on stderr, one line."""
     return one_line(result.output, REASON_CHARS)
-
-
-def _name(hook: HookSettings) -> str:
-    return one_line(hook.command, NAME_CHARS)
-

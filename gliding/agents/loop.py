@@ -242,6 +242,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     engine = ContextEngine(env.context, env.counter,
                            [Message("system", system), *role.examples,
                             Message("user", assignment)])
+    shown: dict[str, str] = {}  # steer IRI -> text, appended to this session's prompt
     tool_ctx = dataclasses.replace(env.tool_ctx, session=_Session(engine))  # sandbox kept
     env.budget.turns[name] = env.turn_base
     state, turns, finish = State.PROMPT, 0, {}
@@ -284,11 +285,11 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 and len(ran) >= role.finish_min_calls)
             loaded = [t.spec() for t in toolset.tools if env.toolset.get(t.name) is None]
             iri = str(turn_iri(env.job, name, n))
-            replaying = await env.archive.find(iri) is not None
-            if env.steering is not None:
-                await _steer(env, engine, name, n, replaying)
+            steered = (await _steer(env, engine, name, n, shown) if env.steering is not None
+                       else [])
             # a replayed turn's compaction ran its hooks the first time
-            hooked = env.hooks is not None and engine.due() and not replaying
+            hooked = (env.hooks is not None and engine.due()
+                      and await env.archive.find(iri) is None)
             if hooked and env.hooks is not None:
                 await env.hooks.compaction("before_compaction", role=role.name, session=name,
                                            turn=n, compactions=engine.stats.compactions)
@@ -320,6 +321,8 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                     completion, was_archived = await _complete_warming(env, iri, n, request,
                                                                        warm)
                     span.set_attributes(_usage_attributes(completion, was_archived))
+                if steered:
+                    await _claim(env, name, n, steered)
             except ProviderUnavailable:
                 raise  # not the role's failure: the job stops interrupted, resumable
             except GlidingError as exc:
@@ -552,14 +555,8 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
         meta = archived.meta
         text = (archived.content or b"").decode("utf-8", errors="replace")
         return ToolOutcome(bool(meta.get("ok")), text, dict(meta.get("data") or {})), toolset
-    searching = call.name == "tool_search" and bool(env.on_demand)
     session = env.session or env.role.name
-    if refused is None and env.hooks is not None and not searching:
-        said = await env.hooks.before_tool(role=env.role.name, session=session, turn=n,
-                                           tool=call.name, arguments=call.arguments)
-        if said is not None:
-            refused = f"refused by a hook: {said}"
-    ran = refused is None and not searching
+    ran = False  # the tool ran now (its after_tool hooks run)
     if refused is not None:
         outcome = ToolOutcome(False, f"error: {refused}")
     elif call.name != "tool_search" or not env.on_demand:
@@ -568,21 +565,29 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
         name = f"{env.session or env.role.name}-{n}-0"
         intent = str(record_iri(env.job, "intent", name))
         began = env.began_dir / name if env.began_dir and tool and tool.marks_begin else None
-        if tool is not None and not tool.idempotent:
-            if await env.archive.find(intent) is not None and (began is None
-                                                               or began.exists()):
-                stopped = began is not None and stop_orphan(began)
-                outcome = ToolOutcome(False, INTERRUPTED + (
-                    " It was still running and has been stopped." if stopped else ""))
-                log.warning("tool.call.interrupted", job=env.job, role=env.role.name, turn=n,
-                            tool=call.name, stopped=stopped)
-            else:  # a first call, or one whose intent was written but which never began
-                await env.archive.put(intent, call.arguments_json(), kind="intent", meta={
-                    "tool": call.name, "role": env.session or env.role.name, "turn": n})
-                outcome = await toolset.call(call.name, call.arguments,
-                                             dataclasses.replace(ctx, began=began))
+        begun = (tool is not None and not tool.idempotent
+                 and await env.archive.find(intent) is not None
+                 and (began is None or began.exists()))
+        said = None  # a call that had begun before a crash is no new call: no hook sees it
+        if not begun and env.hooks is not None:
+            said = await env.hooks.before_tool(role=env.role.name, session=session, turn=n,
+                                               tool=call.name, arguments=call.arguments)
+        if begun:
+            stopped = began is not None and stop_orphan(began)
+            outcome = ToolOutcome(False, INTERRUPTED + (
+                " It was still running and has been stopped." if stopped else ""))
+            log.warning("tool.call.interrupted", job=env.job, role=env.role.name, turn=n,
+                        tool=call.name, stopped=stopped)
+        elif said is not None:
+            outcome = ToolOutcome(False, f"error: refused by a hook: {said}")
+        elif tool is not None and not tool.idempotent:
+            # a first call, or one whose intent was written but which never began
+            await env.archive.put(intent, call.arguments_json(), kind="intent", meta={
+                "tool": call.name, "role": env.session or env.role.name, "turn": n})
+            outcome, ran = await toolset.call(call.name, call.arguments,
+                                              dataclasses.replace(ctx, began=began)), True
         else:
-            outcome = await toolset.call(call.name, call.arguments, ctx)
+            outcome, ran = await toolset.call(call.name, call.arguments, ctx), True
     if outcome.ok and repeated:
         outcome = ToolOutcome(True, outcome.output + guards.REPEATED, outcome.data)
     if warning:
@@ -612,16 +617,30 @@ def _usage_attributes(c: Completion, replayed: bool) -> dict[str, str | int | fl
 
 
 async def _steer(env: AgentEnv, engine: ContextEngine, session: str, n: int,
-                 replaying: bool) -> None:
-    """Append the steers for turn ``n`` (those it took, and, played for the first time, those
-    no session has taken) as user messages before its prompt; a new one is a job event."""
+                 shown: dict[str, str]) -> list[str]:
+    """Append the steers for turn ``n`` that this session has not shown its model yet (those
+    the turn claimed before, on a replay, and those no session has claimed) as user messages
+    before its prompt; the IRIs of the unclaimed ones, to claim once the model answered."""
     assert env.steering is not None
-    for iri, text, new in await env.steering.take(session, n, claim=not replaying):
-        engine.add(Message("user", f"{STEER_PREFIX}\n{text}"), iri=iri)
+    new_ones = []
+    for iri, text, new in await env.steering.take(session, n):
+        if iri not in shown:
+            shown[iri] = text
+            engine.add(Message("user", f"{STEER_PREFIX}\n{text}"), iri=iri)
         if new:
-            log.info("agent.steered", job=env.job, session=session, turn=n, steer=iri)
-            await env.bus.publish(topics.events(env.job), JobEvent.of(env.job, events.Steered(
-                session=session, turn=n, steer=iri, text=one_line(text, STEER_SHOWN))))
+            new_ones.append(iri)
+    return new_ones
+
+
+async def _claim(env: AgentEnv, session: str, n: int, iris: list[str]) -> None:
+    """The model answered turn ``n`` with ``iris`` in its prompt: claim them; a steer this
+    session claimed first is a job event."""
+    assert env.steering is not None
+    for iri in await env.steering.claim(session, n, iris):
+        text = env.steering.text(iri)
+        log.info("agent.steered", job=env.job, session=session, turn=n, steer=iri)
+        await env.bus.publish(topics.events(env.job), JobEvent.of(env.job, events.Steered(
+            session=session, turn=n, steer=iri, text=one_line(text, STEER_SHOWN))))
 
 
 def _within_budget(env: AgentEnv, ctx: ToolContext) -> ToolContext:

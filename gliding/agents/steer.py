@@ -4,11 +4,13 @@ sessions, appended (so the provider's prompt cache still holds), and stays there
 L0 is both the inbox and the journal. ``gliding steer JOB MSG`` (the daemon's
 ``POST /v1/jobs/{job}/steer``) archives the message as ``gliding://job/<job>/steer/<n>``,
 numbered from 1, before it answers, so a steer survives a crash or a restart of the daemon.
-Before each model call a session asks ``Steering.take``: the steers no session has taken yet
-are claimed by archiving ``.../steer/<n>/taken`` (``<session> <turn>``; the archive refuses
-other bytes at an IRI it holds, so when two sessions race, one wins) and given to this call;
-a resumed job replays the turns before the crash, and each turn takes back exactly the steers
-it took the first time, so the replayed prompts are the prompts that were sent. Agents on a
+Before each model call a session asks ``Steering.take`` for the steers no session has claimed
+and appends them; once the model answered, it claims them by archiving
+``.../steer/<n>/taken`` (``<session> <turn>``; the archive refuses other bytes at an IRI it
+holds, so of sessions running side by side, which all see an unclaimed steer at their next
+call, the first answered keeps it). A call that fails claims nothing: the next call sees the
+steer again, so no steer is lost to a failed call. A resumed job replays its turns, and each
+takes back the steers it claimed, at the same place. Agents on a
 ``gliding worker`` read and claim through the job's archive over the bus like any L0 entry.
 """
 
@@ -42,15 +44,14 @@ class Steering:
     job: str
     _known: dict[int, tuple[str, str]] = field(default_factory=dict)  # n -> (text, taker)
 
-    async def take(self, session: str, turn: int, *, claim: bool = True
-                   ) -> list[tuple[str, str, bool]]:
+    async def take(self, session: str, turn: int) -> list[tuple[str, str, bool]]:
         """The steers for ``session``'s model call of turn ``turn``, in order, as
-        ``(iri, text, new)``: those this turn took before (a replay: ``new`` False) and, with
-        ``claim`` (a turn being played, not replayed), those no session had taken, which it
-        takes now (``new`` True).
+        ``(iri, text, new)``: those this turn was answered with before (a replay: ``new``
+        False) and those no session has claimed yet (``new`` True; ``claim`` them once the
+        model answered).
 
         Raises:
-            ArchiveError: the archive cannot be read or written.
+            ArchiveError: the archive cannot be read.
         """
         me = f"{session} {turn}"
         out: list[tuple[str, str, bool]] = []
@@ -62,25 +63,43 @@ class Steering:
                     break
                 text = (item.content or b"").decode("utf-8", errors="replace")
                 taken = await self.archive.find(taken_iri(self.job, n))
-                if taken is None and not claim:
-                    break  # a replayed turn takes nothing new; a later turn will
-                new = taken is None
-                if new:
-                    try:
-                        await self.archive.put(taken_iri(self.job, n), me, kind="steer-taken",
-                                               meta={"session": session, "turn": turn})
-                    except ArchiveError:  # another session took it first
-                        taken = await self.archive.find(taken_iri(self.job, n))
-                        new = False
-                taker = me if new else (taken.content or b"").decode() if taken else ""
-                known = self._known[n] = (text, taker)
-                if new:
+                if taken is None:
                     out.append((steer_iri(self.job, n), text, True))
                     continue
+                known = self._known[n] = (text, (taken.content or b"").decode())
             if known[1] == me:
                 out.append((steer_iri(self.job, n), known[0], False))
         return out
 
+    def text(self, iri: str) -> str:
+        """A steer's text, once ``take`` or ``claim`` read it."""
+        return self._known[int(iri.rsplit("/", 1)[1])][0]
+
+    async def claim(self, session: str, turn: int, iris: list[str]) -> list[str]:
+        """Record that ``session``'s model call of turn ``turn`` was answered with the steers
+        ``iris`` in its prompt; the ones it claimed first (a session that claimed one meanwhile
+        keeps it: both saw it).
+
+        Raises:
+            ArchiveError: the archive cannot be written, nor read back.
+        """
+        me, won = f"{session} {turn}", []
+        for iri in iris:
+            n = int(iri.rsplit("/", 1)[1])
+            text = (await self.archive.read_text(iri)) if n not in self._known else \
+                self._known[n][0]
+            try:
+                await self.archive.put(taken_iri(self.job, n), me, kind="steer-taken",
+                                       meta={"session": session, "turn": turn})
+            except ArchiveError:  # claimed meanwhile, or the archive failed: which?
+                taken = await self.archive.find(taken_iri(self.job, n))
+                if taken is None:
+                    raise
+                self._known[n] = (text, (taken.content or b"").decode())
+                continue
+            self._known[n] = (text, me)
+            won.append(iri)
+        return won
 
 def post_steer(archive: Archive, text: str) -> str:
     """Archive ``text`` as the job's next steer message (what ``gliding steer`` does; blocking);

@@ -456,6 +456,7 @@ class HookSettings(_Section):
 
     at: HookPoint  # (not `on`: YAML reads a bare `on` key as true)
     command: str = Field(min_length=1, max_length=HOOK_COMMAND_CHARS)
+    name: str | None = Field(None, min_length=1, max_length=80)  # in events ("<at> hook <n>")
     tools: list[str] = []  # tool points: names or fnmatch patterns it runs for ([]: every tool)
     timeout_s: float = Field(30.0, gt=0, le=3600)
     fail_closed: bool = False  # a failure or timeout refuses the tool call (before_tool)
@@ -463,9 +464,21 @@ class HookSettings(_Section):
 
     @field_validator("command")
     @classmethod
-    def _command_not_blank(cls, value: str) -> str:
+    def _command_parses(cls, value: str) -> str:
+        """Not blank, and bash can parse it: bash exits 2 on a syntax error, which would read
+        as a before_tool hook's refusal."""
         if not value.strip():
             raise ValueError("must not be blank")
+        import shutil
+        import subprocess
+
+        bash = shutil.which("bash")
+        if bash is not None and "\0" not in value:
+            checked = subprocess.run([bash, "-n", "-c", value], capture_output=True, text=True,
+                                     timeout=10, check=False)
+            if checked.returncode != 0:
+                said = " ".join(checked.stderr.split())[:200]
+                raise ValueError(f"bash cannot parse it: {said}")
         return value
 
 
@@ -476,7 +489,7 @@ class HooksSettings(_Section):
     @field_validator("run", mode="before")
     @classmethod
     def _run_from_json(cls, value: Any) -> Any:
-        if isinstance(value, str):  # GLIDING_HOOKS__RUN='[{"on": "job_end", ...}]'
+        if isinstance(value, str):  # GLIDING_HOOKS__RUN='[{"at": "job_end", ...}]'
             return _json_object(value, "hooks") if value.strip() else []
         return value
 

@@ -260,11 +260,15 @@ class TaskSpec(_Spec):
         if not isinstance(value, list | tuple):
             raise _invalid(f"must be a list of hooks ({{at: before_tool, command: ...}}), got "
                            f"a {kind_of(value)}")
-        for hook in value:
-            if isinstance(hook, dict) and hook.get("sandbox") is False:
-                raise _invalid("a task's hook runs in the sandbox; only the host's config "
-                               "(hooks.run) may run one outside it")
         return tuple(value)
+
+    @field_validator("hooks")
+    @classmethod
+    def _hooks_sandboxed(cls, value: tuple[HookSettings, ...]) -> tuple[HookSettings, ...]:
+        if any(not hook.sandbox for hook in value):  # false, 0, "no", ... once parsed
+            raise _invalid("a task's hook runs in the sandbox; only the host's config "
+                           "(hooks.run) may run one outside it")
+        return value
 
     @field_validator("mounts", mode="before")
     @classmethod

@@ -205,7 +205,7 @@ class HookRefused(Event):
 class HookFailed(Event):
     name: ClassVar[str] = "hook.failed"
     hook: str
-    point: str  # before_tool, after_tool, role_end, job_end
+    point: str  # before_tool, after_tool, before_compaction, after_compaction, role_end, job_end
     error: str  # how it ended (exit code, timeout) and what it said
     tool: str | None = None
 

@@ -41,6 +41,7 @@ def test_a_before_tool_hook_reads_the_call_and_refuses_it_with_exit_2(tmp_path: 
     assert got == {"hook": "before_tool", "job": "j1", "role": "DA", "session": "DA.1.s2",
                    "turn": 3, "tool": "bash", "arguments": {"command": "make deploy"}}
     assert [type(e) for e in seen] == [events.HookRefused]
+    assert seen[0].hook == "before_tool hook 1"  # never its command (it may hold a secret)
 
 
 @pytest.mark.parametrize(("command", "error"), [
@@ -93,9 +94,11 @@ def test_a_hook_runs_in_the_sandbox_unless_the_host_says_otherwise(tmp_path: Pat
 
 def test_a_task_file_may_not_run_a_hook_outside_the_sandbox(tmp_path: Path) -> None:
     path = tmp_path / "task.yaml"
-    path.write_text("goal: g\nhooks:\n  - at: job_end\n    command: true\n    sandbox: false\n")
-    with pytest.raises(TaskFileError, match="only the host's config"):
-        load_task(path)
+    for no in ("false", "0", "no", "'off'"):  # whatever YAML and pydantic read as false
+        path.write_text(f"goal: g\nhooks:\n  - at: job_end\n    command: 'true'\n"
+                        f"    sandbox: {no}\n")
+        with pytest.raises(TaskFileError, match="only the host's config"):
+            load_task(path)
     path.write_text("goal: g\nhooks:\n  - at: job_end\n    command: 'true'\n")
     record = task_record(load_task(path))
     record["hooks"][0]["sandbox"] = False  # a forged record from the bus
@@ -107,3 +110,16 @@ def test_a_task_hook_with_on_instead_of_at_is_a_clear_error(tmp_path: Path) -> N
     path.write_text("goal: g\nhooks:\n  - on: job_end\n    command: 'true'\n")
     with pytest.raises(TaskFileError, match="at: required field is missing"):
         load_task(path)
+
+
+def test_a_hook_bash_cannot_parse_is_a_config_error_not_a_refusal_at_every_call() -> None:
+    with pytest.raises(ValueError, match="bash cannot parse it"):
+        HookSettings.model_validate({"at": "before_tool", "command": "echo unbalanced )"})
+
+
+def test_arguments_a_model_wrote_oddly_reach_the_hook_and_crash_nothing(tmp_path: Path) -> None:
+    made, _ = hooks(tmp_path, {"at": "before_tool", "name": "audit",
+                               "command": "cat > got.json"})
+    assert before(made, command="echo \ud800 ✓ \x1b[2J") is None
+    got = json.loads((tmp_path / "got.json").read_text())
+    assert got["arguments"]["command"] == "echo \ud800 ✓ \x1b[2J"

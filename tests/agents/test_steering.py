@@ -1,5 +1,6 @@
-"""Steering's inbox and journal in L0: a steer is taken once (two sessions racing: one wins),
-and a resumed job's replayed turns take back exactly what they took, and nothing new."""
+"""Steering's inbox and journal in L0: an unclaimed steer is offered to every session until one
+is answered with it (the first claim wins; the other keeps having seen it), a failed call
+claims nothing, and a resumed job's turns take back what they claimed, at the same place."""
 
 from __future__ import annotations
 
@@ -12,32 +13,33 @@ from gliding.memory.archive.port import LocalArchive
 from gliding.memory.archive.store import Archive
 
 JOB = "job-steer"
+FIRST = (steer_iri(JOB, 1), "use the staging database")
 
 
-def test_a_steer_is_taken_once_and_replayed_where_it_was_taken(tmp_path: Path) -> None:
+def test_a_steer_is_claimed_once_and_replayed_where_it_was_claimed(tmp_path: Path) -> None:
     async def main() -> None:
         with Archive.open(tmp_path, JOB) as archive:
             port = LocalArchive(archive, tmp_path)
-            first, second = Steering(port, JOB), Steering(port, JOB)
-            assert await first.take("DA.1.a", 1) == []
-            post_steer(archive, "use the staging database")
-            # both step DAs ask before their next call: one of them gets it
-            got = [await first.take("DA.1.a", 2), await second.take("DA.1.b", 4)]
-            assert sorted(map(len, got)) == [0, 1]
-            winner = "DA.1.a" if got[0] else "DA.1.b"
-            turn = 2 if got[0] else 4
-            assert got[0 if got[0] else 1] == [(steer_iri(JOB, 1), "use the staging database",
-                                                True)]
+            a, b = Steering(port, JOB), Steering(port, JOB)
+            assert await a.take("DA.1.a", 1) == []
+            post_steer(archive, FIRST[1])
+            # both step DAs see it before their next call
+            assert await a.take("DA.1.a", 2) == [(*FIRST, True)]
+            assert await b.take("DA.1.b", 4) == [(*FIRST, True)]
+            # a's call failed: it claims nothing, and sees it again at its next call
+            assert await a.take("DA.1.a", 3) == [(*FIRST, True)]
+            # b is answered first and claims it; a's later claim finds it taken
+            assert await b.claim("DA.1.b", 4, [FIRST[0]]) == [FIRST[0]]
+            assert await a.claim("DA.1.a", 3, [FIRST[0]]) == []
+            assert b.text(FIRST[0]) == FIRST[1]
+            assert await a.take("DA.1.a", 4) == []
             post_steer(archive, "and then stop")
-            # a resumed job: a new process replays its turns
+            # a resumed job: a new process replays b's turns
             resumed = Steering(port, JOB)
-            assert await resumed.take(winner, turn - 1, claim=False) == []
-            assert await resumed.take(winner, turn, claim=False) == [
-                (steer_iri(JOB, 1), "use the staging database", False)]
-            # a replayed turn takes nothing new; the first played turn does
-            assert await resumed.take(winner, turn + 1, claim=False) == []
-            assert await resumed.take(winner, turn + 2) == [
-                (steer_iri(JOB, 2), "and then stop", True)]
-            assert await Steering(port, JOB).take("DA.1.c", 1) == []  # all taken
+            assert await resumed.take("DA.1.b", 3) == [(steer_iri(JOB, 2), "and then stop",
+                                                        True)]
+            assert await resumed.take("DA.1.b", 4) == [(*FIRST, False),
+                                                       (steer_iri(JOB, 2), "and then stop",
+                                                        True)]
 
     anyio.run(main)

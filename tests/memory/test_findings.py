@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -165,8 +166,9 @@ def test_recall_shows_the_answer_lines_of_a_result_not_only_its_facts(tmp_path: 
     assert packed.count("Ada Quinn") == 1
 
 
+@pytest.mark.parametrize("indent", [None, 2])
 def test_recall_keeps_every_record_of_a_json_result_though_they_share_a_line(
-        tmp_path: Path) -> None:
+        tmp_path: Path, indent: int | None) -> None:
     """The records of a one-line JSON result all read back from line 1: recall tells them
     apart by their text, so the record asked about is not dropped as a repeat of the first."""
     board = OxigraphBlackboard.in_memory()
@@ -177,15 +179,16 @@ def test_recall_keeps_every_record_of_a_json_result_though_they_share_a_line(
     store.listen(memory.observe)
     ing = Blocking(Ingestor(board, archive, "j", DirectWriter(store)))
     iri = f"{J}/result/DA.1-6-0"
-    output = json.dumps({"reservation_id": "KA7I60", "flights": [
+    data = {"reservation_id": "KA7I60", "flights": [
         {"flight_number": f"HAT{n:03d}", "origin": origin, "destination": "CLT",
-         "price": 100 + n} for n, origin in ((191, "DTW"), (262, "DEN"), (77, "BOS"))]})
+         "price": 100 + n} for n, origin in ((191, "DTW"), (262, "DEN"), (77, "BOS"))]}
+    output = json.dumps(data, indent=indent)
     with archive:
         archive.put(iri, output, kind="result", meta={"tool": "get_reservation_details"})
         ing.tool_result(ToolRecord("get_reservation_details", {"reservation_id": "KA7I60"},
                                    True, output, iri), f"{J}/turn/DA.1/6")
         packed = memory.recall("flight from den to clt price", 400).text
-    lines = [line for line in packed.splitlines() if line.startswith(f"[{iri}#L1]")]
+    lines = [line for line in packed.splitlines() if line.startswith(f"[{iri}#L")]
     for flight in ("HAT262", "HAT191", "HAT077"):  # the budget holds them all
         assert any(f"flight_number={flight}" in line for line in lines), packed
     assert len(lines) == len(set(lines))  # a record shown once, as a fact or as a line

@@ -386,7 +386,7 @@ class KnowledgeMemory:
         for _score, _n, what in queue:
             if isinstance(what, int):
                 item = index.items[what]
-                key = (item.label, _gist(item.text))
+                key = (item.label.partition("#")[0], _gist(item.text))
                 if "#L" in item.label and key in said:
                     continue
                 said.add(key)
@@ -394,8 +394,10 @@ class KnowledgeMemory:
                 continue
             result, number, label, text = what
             tag = f"{result}#L{number}"
-            key = (tag, _gist(text))  # a JSON result's records share their line: the text
-            if key in said:           # tells them apart
+            # a JSON result's records share their line (and a fact of one names the lines the
+            # whole JSON spans): the result and the text tell them apart
+            key = (result, _gist(text))
+            if key in said:
                 continue
             said.add(key)
             at = index._row.get(result)
@@ -528,7 +530,7 @@ def _numbered(text: str) -> list[tuple[int, str]]:
 
 
 def _gist(text: str) -> str:
-    """What tells a line apart from the others at its place: its first words."""
+    """What tells a line apart from the others of its result: its first words."""
     return " ".join(text.split())[:GIST_CHARS]
 
 
