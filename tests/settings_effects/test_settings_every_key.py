@@ -227,7 +227,8 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "hooks.run": [
         "test_settings_hooks.test_run_hooks_run_at_their_points_and_a_before_tool_hook_refuses_a_call",
         "test_settings_hooks.test_run_default_has_no_hooks_and_the_call_runs",
-        "test_settings_hooks.test_run_compaction_hooks_run_around_each_compaction"],
+        "test_settings_hooks.test_run_compaction_hooks_run_around_each_compaction",
+        "test_settings_hooks.test_run_a_resumed_job_runs_no_hook_again_for_the_calls_it_replays"],
     "hooks.allow_task": [
         "test_settings_hooks.test_allow_task_true_runs_a_task_files_hooks",
         "test_settings_hooks.test_allow_task_default_false_logs_a_task_files_hooks_and_runs_none"],

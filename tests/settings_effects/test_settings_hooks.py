@@ -108,3 +108,37 @@ def test_run_compaction_hooks_run_around_each_compaction(tmp: Path) -> None:
     assert lines and len(lines) % 2 == 0
     for n, (before, after) in enumerate(zip(lines[::2], lines[1::2], strict=True)):
         assert before == f"before_compaction {n} True" and after == f"after_compaction {n + 1} True"
+
+
+def test_run_a_resumed_job_runs_no_hook_again_for_the_calls_it_replays(tmp: Path) -> None:
+    """The job dies after DA's call ran (and its hooks), as DA's session ends; resumed, DA
+    replays the call from the archive: its hooks do not run again, and the session's end
+    runs role_end once."""
+    import anyio
+
+    from gliding.core.crashpoints import InjectedKill, armed
+    from gliding.daemon.compose import resume_job, run_job
+    from gliding.testing import ScriptedLLM
+
+    settings = settings_from(tmp, {"GLIDING_HOOKS__RUN": json.dumps(
+        [{"at": "before_tool", "command": NOTE.replace("print(d[", "print(\"B\", d[")},
+         {"at": "after_tool", "command": NOTE}, {"at": "role_end", "command": NOTE}])})
+    task = write_task(tmp, "goal: Keep kept.txt\npipeline: [DA]\n")
+    replies = {"DA": [call("bash", command="echo kept >> kept.txt"),
+                      call("finish", summary="kept")]}
+
+    async def crash() -> str:
+        with armed({"role.end:DA": 1}, kind=InjectedKill):
+            try:
+                await run_job(task, settings, llm=ScriptedLLM(replies))
+            except BaseException as exc:  # noqa: B036, BLE001 - the stand-in for kill -9
+                assert "injected kill" in repr(exc), exc
+        [job] = [p.name for p in (tmp / "data" / "jobs").iterdir()]
+        return job
+
+    job = anyio.run(crash)
+    handle = anyio.run(lambda: resume_job(job, settings, llm=ScriptedLLM(replies)))
+    assert handle.report is not None and handle.report.outcome == "success"
+    assert (tmp / "workspace" / "kept.txt").read_text() == "kept\n"  # ran once
+    assert (tmp / "workspace" / LOG).read_text().splitlines() == [
+        "B before_tool bash", "after_tool bash", "role_end finished"]
