@@ -28,7 +28,10 @@ callback) or slept (``time.sleep``, a lock, synchronous file, socket or subproce
 loop stopped behind it, and that is what must stay under 100 ms. When the watchdog never saw the
 step (a long C call held the GIL, or the watchdog itself was starved), only the thread's CPU time
 (``time.thread_time``, which load cannot inflate) is judged. Without schedstat (not Linux) only
-CPU time is judged, so sleeping blocks go unseen there rather than load being blamed.
+CPU time is judged, so sleeping blocks go unseen there rather than load being blamed. A step whose
+thread was sampled waiting in ``subprocess`` for a child it started to exec (asyncio starts
+processes on the loop's thread) is judged by its CPU time too: that wait is the child's time on
+a loaded machine's run queue, which the parent's schedstat does not count.
 
 ``_BLOCKING_ALLOWED`` names tests whose blocking is known and accepted, each with the reason; the
 aim is to keep it empty.
@@ -41,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -178,7 +182,7 @@ class _LoopGuard:
             looked, before = step.first_look
             load = sum(wait - before.get(tid, 0.0) for tid, wait in waits.items())
             blocked = max(blocked, time.perf_counter() - looked - load - collecting)
-        if blocked <= _BLOCKED_S:
+        if blocked <= _BLOCKED_S or (cpu <= _BLOCKED_S and _spawning(step.stack)):
             return
         lines = [f"the event loop in thread {threading.current_thread().name} was blocked "
                  f"{blocked:.2f} s (of {wall:.2f} s; {cpu:.2f} s on a CPU) by {_name(step.what)}"]
@@ -200,6 +204,14 @@ def _name(what: object) -> str:
     frame = getattr(coro, "cr_frame", None)
     where = f", now at {frame.f_code.co_filename}:{frame.f_lineno}" if frame else ""
     return f"asyncio task {task.get_name()} ({getattr(coro, '__qualname__', coro)}{where})"
+
+
+def _spawning(stack: traceback.StackSummary | None) -> bool:
+    """Whether the loop's thread was waiting, in ``subprocess``, for a child it started to
+    exec (asyncio starts processes on the loop's thread: the wait is the child's, and it is on
+    the run queue of a loaded machine, where the parent's schedstat cannot see it)."""
+    return stack is not None and bool(stack) and stack[-1].name == "_execute_child" and \
+        stack[-1].filename == subprocess.__file__
 
 
 def _callback_frames(stack: traceback.StackSummary) -> traceback.StackSummary:
