@@ -60,8 +60,14 @@ def test_kill9_mid_job_then_resume(tmp_path: Path) -> None:
                              "--data-dir", "data", "-q"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    # killed while step 3 runs, once its echo is done (in its sleep): a kill between the
+    # call's start and its echo would leave the step unknown, and the scripted replies have no
+    # turn to redo it
+    log = tmp_path / "ws" / "log.txt"
     deadline = time.monotonic() + 60
-    while archived_results(tmp_path) < 2 and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (
+            archived_results(tmp_path) >= 2 and log.exists()
+            and len(log.read_text().split()) >= 3):
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
