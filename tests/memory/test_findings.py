@@ -87,11 +87,15 @@ def test_any_text_gives_bounded_findings_that_name_real_lines(text: str) -> None
         assert len(f.text) <= 300 and "\n" not in f.text
 
 
-def setup(tmp: Path) -> tuple[Any, OxigraphBlackboard, Archive, KnowledgeMemory]:
+def setup(tmp: Path, *, reads_lines: bool = False
+          ) -> tuple[Any, OxigraphBlackboard, Archive, KnowledgeMemory]:
+    """An ingestor writing job j's nodes, and a knowledge memory listening (``reads_lines``:
+    it indexes the lines of every result, read back from the archive)."""
     board = OxigraphBlackboard.in_memory()
     archive = Archive.open(tmp, "j")
     store = JobNodeStore(board, archive, "j")
-    memory = KnowledgeMemory(board, TokenCounter().count)
+    memory = KnowledgeMemory(board, TokenCounter().count, sources=(
+        (lambda iri: archive.get(iri).text()) if reads_lines else None))
     store.listen(memory.observe)
     return Blocking(Ingestor(board, archive, "j", DirectWriter(store))), board, archive, memory
 
@@ -171,13 +175,7 @@ def test_recall_keeps_every_record_of_a_json_result_though_they_share_a_line(
         tmp_path: Path, indent: int | None) -> None:
     """The records of a one-line JSON result all read back from line 1: recall tells them
     apart by their text, so the record asked about is not dropped as a repeat of the first."""
-    board = OxigraphBlackboard.in_memory()
-    archive = Archive.open(tmp_path, "j")
-    store = JobNodeStore(board, archive, "j")
-    memory = KnowledgeMemory(board, TokenCounter().count,
-                             sources=lambda iri: archive.get(iri).text())
-    store.listen(memory.observe)
-    ing = Blocking(Ingestor(board, archive, "j", DirectWriter(store)))
+    ing, board, archive, memory = setup(tmp_path, reads_lines=True)
     iri = f"{J}/result/DA.1-6-0"
     data = {"reservation_id": "KA7I60", "flights": [
         {"flight_number": f"HAT{n:03d}", "origin": origin, "destination": "CLT",
@@ -198,13 +196,7 @@ def test_recall_keeps_every_record_of_a_json_result_though_they_share_a_line(
 def test_what_a_memory_read_returns_makes_no_facts_and_no_indexed_lines(tmp_path: Path) -> None:
     """A recall (or read_result, kg_search ...) restates what memory holds: facts or indexed
     lines made of it would be copies pointing at the copy, crowding out the lines they quote."""
-    board = OxigraphBlackboard.in_memory()
-    archive = Archive.open(tmp_path, "j")
-    store = JobNodeStore(board, archive, "j")
-    memory = KnowledgeMemory(board, TokenCounter().count,
-                             sources=lambda iri: archive.get(iri).text())
-    store.listen(memory.observe)
-    ing = Blocking(Ingestor(board, archive, "j", DirectWriter(store)))
+    ing, board, archive, memory = setup(tmp_path, reads_lines=True)
     quoted = (f"[{J}/result/DA.1-3-0#L7] read_file fleet.md: The refit of vessel NX-2207 "
               "finished on 14 March.\n") * 3
     with archive:
