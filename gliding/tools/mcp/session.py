@@ -38,6 +38,7 @@ from typing import IO, Any
 
 import anyio
 import anyio.to_thread
+import jsonschema.validators  # noqa: F401 - see below
 from anyio.abc import TaskStatus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client, MCPError, StdioServerParameters, types
@@ -49,6 +50,11 @@ from gliding.errors import ToolError
 from gliding.tools.mcp.confined import Confined
 from gliding.tools.mcp.stdio import DROPPED, message_limit, stdio_client
 from gliding.tools.netguard import Policy
+
+# The SDK imports jsonschema lazily, at the first result it checks against a tool's output
+# schema: on the server's loop, where that import (about 80 ms of CPU, several times that on a
+# loaded machine) would hold every other call to the server. Importing it here does it once,
+# with this module.
 
 MAX_PAGES = 100  # tools/list pages read at most (a server that never stops paging)
 STOP_S = 15.0  # the SDK's own shutdown is bounded (stdin close, SIGTERM, SIGKILL): ~7 s
