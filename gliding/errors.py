@@ -57,6 +57,13 @@ class IRIError(UsageError):
     code = "iri.invalid"
 
 
+class JobStateError(UsageError):
+    """The job's state does not allow what was asked (cancel a finished job, answer an
+    approval twice, ...)."""
+
+    code = "job.state"
+
+
 class NotFoundError(GlidingError):
     code = "not_found"
     exit_code = 3

@@ -49,7 +49,9 @@ A call that repeats an earlier one whose result the prompt no longer holds whole
 into the history block, routed or cut) is counted as a re-read (``AgentResult.rereads``).
 
 A model call is told what the job's wall time budget leaves, and its retries and fallbacks
-(``llm/resilient.py``) become job events (``llm.retry``, ``llm.fallback``). When no model
+(``llm/resilient.py``) become job events (``llm.retry``, ``llm.fallback``), as does its reply
+while it streams (``model.delta``, batched by ``streaming.py``; ``model.discarded`` when a call
+that streamed failed mid-way). A replayed turn streams nothing. When no model
 answers at all (``ProviderUnavailable``) the error is not the role's: it leaves the loop, the
 job stops ``interrupted`` and ``gliding resume`` replays what was archived.
 
@@ -74,11 +76,13 @@ import anyio
 import structlog
 
 from gliding.agents import guards
+from gliding.agents.approvals import Approvals, Verdict
 from gliding.agents.hooks import Hooks
 from gliding.agents.offer import declare, own_summaries, resolve, take_summary, tool_search
 from gliding.agents.roles import RoleSpec
 from gliding.agents.steer import PREFIX as STEER_PREFIX
 from gliding.agents.steer import Steering
+from gliding.agents.streaming import TurnStream
 from gliding.agents.tracing import NO_TRACES, Tracer, provider_of
 from gliding.bus import topics
 from gliding.bus.messages import ArchivedMsg, JobEvent
@@ -213,6 +217,7 @@ class AgentEnv:
     board_update: Callable[[], Awaitable[str]] | None = None
     hooks: Hooks | None = None  # commands before and after each tool call (agents/hooks.py)
     steering: Steering | None = None  # a person's messages to the job (agents/steer.py)
+    approvals: Approvals | None = None  # calls that wait for a person's yes (approvals.py)
     tracer: Tracer = NO_TRACES  # the job's spans (agents/tracing.py)
     # the same call this many times in a row stops the session (loop_detected); 0: no limit
     # (the worker passes scheduler.loop_limit)
@@ -285,8 +290,11 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 and len(ran) >= role.finish_min_calls)
             loaded = [t.spec() for t in toolset.tools if env.toolset.get(t.name) is None]
             iri = str(turn_iri(env.job, name, n))
-            steered = (await _steer(env, engine, name, n, shown) if env.steering is not None
-                       else [])
+            # a replayed turn's reply is archived: it shows only the steers it was answered
+            # with; a new one waits for the next call the model really answers
+            steered = (await _steer(env, engine, name, n, shown,
+                                    replay=await env.archive.find(iri) is not None)
+                       if env.steering is not None else [])
             # a replayed turn's compaction ran its hooks the first time
             hooked = (env.hooks is not None and engine.due()
                       and await env.archive.find(iri) is None)
@@ -511,7 +519,14 @@ async def _complete(env: AgentEnv, iri: str, n: int,
     archived = await env.archive.find(iri)
     if archived is not None:
         return completion_from_turn(json.loads(archived.content or b"{}")), True
-    completion = await env.llm.complete(_with_notices(env, n, request))
+    stream = TurnStream(partial(_publish, env), env.now, session=env.session or env.role.name,
+                        turn=n)
+    try:
+        completion = await env.llm.complete(_with_notices(env, n, request, stream))
+    except Exception as exc:
+        await stream.discard(error_line(str(exc), 200))
+        raise
+    await stream.flush()
     await env.archive.put_turn(iri, _turn_body(env, n, request, completion),
                                {"role": env.session or env.role.name, "turn": n}, CallRecord(
         job=env.job, role=env.role.name, turn=n, model=completion.model,
@@ -524,22 +539,30 @@ async def _complete(env: AgentEnv, iri: str, n: int,
     return completion, False
 
 
-def _with_notices(env: AgentEnv, n: int, request: LLMRequest) -> LLMRequest:
+def _with_notices(env: AgentEnv, n: int, request: LLMRequest,
+                  stream: TurnStream) -> LLMRequest:
     """``request`` bounded by what the job's wall time budget leaves, its retries and
     fallbacks (``llm/resilient.py``) published as job events ``llm.retry`` / ``llm.fallback``
-    (a progress line each, and the daemon's job log)."""
+    (a progress line each, and the daemon's job log), its streamed reply as ``model.delta``
+    events (``stream``); a retry or fallback after a call that had streamed first makes what
+    it streamed void (``model.discarded``)."""
     wall = env.budget.limits.wall_time_s
     left = None if wall is None else max(0.0, wall - (env.now() - env.budget.started_at))
 
     async def notify(notice: ProviderNotice) -> None:
+        await stream.discard(notice.fault)
         kind = events.LLMFallback if notice.kind == "fallback" else events.LLMRetry
-        await env.bus.publish(topics.events(env.job), JobEvent.of(env.job, kind(
+        await _publish(env, kind(
             role=env.role.name, session=env.session or env.role.name, turn=n,
             model=notice.model, fault=notice.fault, retry=notice.retry,
             retries=notice.retries, delay_s=round(notice.delay_s, 3),
-            next_model=notice.next_model)))
+            next_model=notice.next_model))
 
-    return dataclasses.replace(request, time_left_s=left, notify=notify)
+    return dataclasses.replace(request, time_left_s=left, notify=notify, on_delta=stream.delta)
+
+
+async def _publish(env: AgentEnv, event: events.Event) -> None:
+    await env.bus.publish(topics.events(env.job), JobEvent.of(env.job, event))
 
 
 async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Toolset,
@@ -557,10 +580,10 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
         return ToolOutcome(bool(meta.get("ok")), text, dict(meta.get("data") or {})), toolset
     session = env.session or env.role.name
     ran = False  # the tool ran now (its after_tool hooks run)
+    verdict: Verdict | None = None  # a person's answer, where the approvals policy asks
     if refused is not None:
         outcome = ToolOutcome(False, f"error: {refused}")
     elif call.name != "tool_search" or not env.on_demand:
-        ctx = _within_budget(env, ctx)
         tool = toolset.get(call.name)
         name = f"{env.session or env.role.name}-{n}-0"
         intent = str(record_iri(env.job, "intent", name))
@@ -572,6 +595,12 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
         if not begun and env.hooks is not None:
             said = await env.hooks.before_tool(role=env.role.name, session=session, turn=n,
                                                tool=call.name, arguments=call.arguments)
+        if not begun and said is None and tool is not None and env.approvals is not None:
+            verdict = await env.approvals.decide(role=env.role.name, session=session, turn=n,
+                                                 tool=call.name, arguments=call.arguments)
+            if verdict is not None:  # the wait is not charged to the wall time budget
+                env.budget.started_at += verdict.waited_s
+        ctx = _within_budget(env, ctx)
         if begun:
             stopped = began is not None and stop_orphan(began)
             outcome = ToolOutcome(False, INTERRUPTED + (
@@ -580,6 +609,9 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
                         tool=call.name, stopped=stopped)
         elif said is not None:
             outcome = ToolOutcome(False, f"error: refused by a hook: {said}")
+        elif verdict is not None and not verdict.approved:
+            assert env.approvals is not None
+            outcome = ToolOutcome(False, verdict.outcome_text(env.approvals.timeout_s))
         elif tool is not None and not tool.idempotent:
             # a first call, or one whose intent was written but which never began
             await env.archive.put(intent, call.arguments_json(), kind="intent", meta={
@@ -588,6 +620,8 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
                                               dataclasses.replace(ctx, began=began)), True
         else:
             outcome, ran = await toolset.call(call.name, call.arguments, ctx), True
+    if ran and verdict is not None and (said_too := verdict.outcome_text(0)):
+        outcome = ToolOutcome(outcome.ok, f"{outcome.output}\n{said_too}", outcome.data)
     if outcome.ok and repeated:
         outcome = ToolOutcome(True, outcome.output + guards.REPEATED, outcome.data)
     if warning:
@@ -617,13 +651,16 @@ def _usage_attributes(c: Completion, replayed: bool) -> dict[str, str | int | fl
 
 
 async def _steer(env: AgentEnv, engine: ContextEngine, session: str, n: int,
-                 shown: dict[str, str]) -> list[str]:
+                 shown: dict[str, str], *, replay: bool) -> list[str]:
     """Append the steers for turn ``n`` that this session has not shown its model yet (those
-    the turn claimed before, on a replay, and those no session has claimed) as user messages
-    before its prompt; the IRIs of the unclaimed ones, to claim once the model answered."""
+    the turn claimed before, on a replay, and, unless the turn is a ``replay``, those no
+    session has claimed) as user messages before its prompt; the IRIs of the unclaimed ones,
+    to claim once the model answered."""
     assert env.steering is not None
     new_ones = []
     for iri, text, new in await env.steering.take(session, n):
+        if new and replay:
+            continue
         if iri not in shown:
             shown[iri] = text
             engine.add(Message("user", f"{STEER_PREFIX}\n{text}"), iri=iri)

@@ -40,6 +40,7 @@ from typing import Any, Literal, Protocol
 import anyio
 import structlog
 
+from gliding.agents.approvals import Approvals
 from gliding.agents.hooks import Hooks
 from gliding.agents.loop import AgentEnv, AgentResult, run_agent
 from gliding.agents.roles import RoleSpec
@@ -105,6 +106,7 @@ class JobAgents:
     board: BoardUpdates | None = None  # what a session is shown between turns (coherence)
     worker: str | None = None  # the `gliding worker` these agents run on; None: the job's own
     hooks: Hooks | None = None  # the job's hooks on this host (agents/hooks.py)
+    approvals: Approvals | None = None  # calls that wait for a person's yes (approvals.py)
     tracer: Tracer = NO_TRACES  # the job's spans on this host (agents/tracing.py)
 
 
@@ -206,7 +208,8 @@ class AgentWorker:
             turn_base=a.turn_base, on_demand=on_demand, began_dir=kit.began_dir,
             data_dir=kit.settings.data_dir, session=session_of(a) if a.step else "",
             board_update=update, loop_limit=kit.settings.scheduler.loop_limit,
-            hooks=kit.hooks, steering=self.steering, tracer=kit.tracer)
+            hooks=kit.hooks, steering=self.steering, tracer=kit.tracer,
+            approvals=kit.approvals)
         step, session = (a.step, env.session) if a.step else (None, None)
         await self._event(events.RoleStarted(role=spec.name, cycle=a.cycle, attempt=a.attempt,
                                              step=step, session=session, worker=kit.worker))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gliding.cli import bench_commands, memory_commands, service_commands
+from gliding.cli import bench_commands, memory_commands, schedule_commands, service_commands
 from gliding.cli.common import (
     app,
     config_app,
@@ -28,7 +28,8 @@ from gliding.cli.common import (
 if TYPE_CHECKING:
     pass
 
-COMMANDS = (service_commands, memory_commands, bench_commands)  # imported for their commands
+# imported for their commands
+COMMANDS = (service_commands, memory_commands, bench_commands, schedule_commands)
 
 
 def refuse_beside_a_daemon(data_dir: Path, task: Path) -> None:
@@ -92,9 +93,12 @@ def resume(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
 ) -> None:
     """Continue an interrupted job from its last journaled step (archived model turns and
-    tool results are replayed, not paid for or run again)."""
+    tool results are replayed, not paid for or run again). With a daemon serving the data
+    directory, the daemon queues it again (an interrupted, paused or cancelled job of its
+    queue) and this prints its new state."""
     import anyio
 
+    from gliding.cli.client import DaemonClient
     from gliding.core.iri import job_iri
     from gliding.daemon.compose import resume_job
     from gliding.daemon.private import private_files
@@ -102,6 +106,15 @@ def resume(
 
     settings = settings_of(data_dir_of(data_dir))
     job_iri(job)  # a bad job id is exit 2 before anything is opened
+    client = DaemonClient.find(settings.data_dir)
+    if client is not None:
+        with client:
+            queued = client.resume(job)
+        from gliding.core.logs import terminal_safe
+
+        typer.echo(json_text(queued, indent=None) if json_out else
+                   terminal_safe(f"{queued['job']} {queued['state']} (the daemon runs it on)"))
+        raise typer.Exit(0)
     show = progress(quiet)
     with private_files(settings.data_dir):
         handle = anyio.run(lambda: resume_job(job, settings, on_event=show))

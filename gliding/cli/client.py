@@ -1,5 +1,5 @@
 """The CLI's client of a running daemon (``gliding submit``, ``status``, ``logs``, ``cancel``,
-``jobs``): its HTTP API through httpx.
+``jobs``, ``schedule``): its HTTP API through httpx.
 
 ``DaemonClient.find(data_dir)`` finds the daemon of a data directory from
 ``<data_dir>/daemon.json`` and ``<data_dir>/daemon.token``; a ``daemon.json`` whose daemon is
@@ -124,12 +124,34 @@ class DaemonClient:
     def cancel(self, job: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/v1/jobs/{_segment(job)}/cancel"))
 
+    def interrupt(self, job: str) -> dict[str, Any]:
+        return dict(self._call("POST", f"/v1/jobs/{_segment(job)}/interrupt"))
+
     def resume(self, job: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/v1/jobs/{_segment(job)}/resume"))
 
     def steer(self, job: str, message: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/v1/jobs/{_segment(job)}/steer",
                                json={"message": message}))
+
+    def approvals(self, job: str) -> list[dict[str, Any]]:
+        return list(self._call("GET", f"/v1/jobs/{_segment(job)}/approvals")["approvals"])
+
+    def answer(self, job: str, approval: str, *, approve: bool, note: str,
+               digest: str | None) -> dict[str, Any]:
+        return dict(self._call("POST", f"/v1/jobs/{_segment(job)}/approvals/"
+                               f"{_segment(approval)}",
+                               json={"approve": approve, "note": note, "digest": digest}))
+
+    def schedules(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/schedules")["schedules"])
+
+    def add_schedule(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as ``POST /v1/schedules`` takes it (name, cron, task, ...)."""
+        return dict(self._call("POST", "/v1/schedules", json=body))
+
+    def remove_schedule(self, name: str) -> dict[str, Any]:
+        return dict(self._call("DELETE", f"/v1/schedules/{_segment(name)}"))
 
     def read(self, iri: str, offset: int = 0, limit: int = 16_000) -> dict[str, Any]:
         return dict(self._call("GET", "/v1/iri", params={"iri": iri, "offset": offset,
@@ -222,8 +244,8 @@ def _sse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
 
 def follow(data_dir: Path, job: str, *, after: int = 0, url: str | None = None,
            patience_s: float = 120.0, poll_s: float = 0.5) -> Iterator[dict[str, Any]]:
-    """Every event of ``job`` above ``after`` until a terminal one, across dropped streams and
-    daemon restarts (the daemon is found again from ``data_dir``; its port may have changed);
+    """Every event of ``job`` above ``after`` until a terminal one (``job.paused`` is not: a
+    paused job is followed on until it ends), across dropped streams and daemon restarts (the daemon is found again from ``data_dir``; its port may have changed);
     gives up when no daemon has answered for ``patience_s``. When a job's stream ends without
     a terminal event and the job has ended (its run was cut as it ended), the last record is
     ``{"event": "job.ended", "data": <its status>}``.
@@ -256,8 +278,8 @@ def follow(data_dir: Path, job: str, *, after: int = 0, url: str | None = None,
                         break
                     last = int(record["seq"])
                     yield record
-                    if record["event"] in TERMINAL:
-                        return
+                    if record["event"] in TERMINAL and record["event"] != "job.paused":
+                        return  # a paused job runs on after a steer or resume: followed on
                 else:
                     status = client.status(job)
                     failing_since = None

@@ -286,6 +286,73 @@ def steer(
 
 
 @app.command()
+def interrupt(
+    job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
+) -> None:
+    """Pause a running job of the daemon: its current model or tool call stops now, and it
+    waits, paused, until gliding steer JOB MSG or gliding resume JOB runs it on."""
+    _settings_, client = _client(data_dir)
+    with client:
+        found = client.interrupt(job)
+    from gliding.core.logs import terminal_safe
+
+    typer.echo(terminal_safe(f"{found['job']} pausing: its current call stops now"))
+
+
+@app.command()
+def approve(
+    job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
+    approval: str | None = typer.Option(None, "--id", help=(
+        "Which waiting call (gliding status JOB lists them); needed when several wait.")),
+    note: str = typer.Option("", "--note", help="What to tell the agent with the answer."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
+) -> None:
+    """Approve a tool call of a job waiting for a person: it runs, with exactly the
+    arguments shown."""
+    _answer(job, approval, note, data_dir, approve=True)
+
+
+@app.command()
+def deny(
+    job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
+    approval: str | None = typer.Option(None, "--id", help=(
+        "Which waiting call (gliding status JOB lists them); needed when several wait.")),
+    note: str = typer.Option("", "--note", help="Why not, or what to do instead (the agent "
+                                                 "reads it)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
+) -> None:
+    """Deny a tool call of a job waiting for a person: it is not run, and the agent is told
+    (with the note)."""
+    _answer(job, approval, note, data_dir, approve=False)
+
+
+def _answer(job: str, approval: str | None, note: str, data_dir: Path | None, *,
+            approve: bool) -> None:
+    """Answer the waiting call the person names (or the only one), bound to the digest of
+    the call this command shows, so that what runs is what was seen."""
+    from gliding.core.logs import terminal_safe
+    from gliding.daemon.render import approval_text
+    from gliding.errors import UsageError
+
+    _settings_, client = _client(data_dir)
+    with client:
+        waiting = [a for a in client.approvals(job) if a["answer"] is None
+                   and (approval is None or a["approval"] == approval)]
+        if len(waiting) != 1:
+            ids = ", ".join(a["approval"] for a in waiting)
+            raise UsageError(
+                f"job {job} has no call waiting for approval"
+                + (f" with id {approval}" if approval else "") if not waiting else
+                f"job {job} has {len(waiting)} calls waiting for approval ({ids})",
+                hint="gliding status JOB lists them; name one with --id" if waiting else None)
+        found = client.answer(job, waiting[0]["approval"], approve=approve, note=note,
+                              digest=waiting[0]["digest"])
+    verdict = "approved" if approve else "denied"
+    typer.echo(terminal_safe(f"{job} {found['approval']} {verdict}: {approval_text(found)}"))
+
+
+@app.command()
 def cancel(
     job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),

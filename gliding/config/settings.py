@@ -80,6 +80,8 @@ class RetrySettings(_Section):
 class LLMSettings(_Section):
     model: str = "local"  # default model when neither the task nor --model names one
     timeout_s: float = Field(120.0, gt=0, le=3600, allow_inf_nan=False)  # per hosted call
+    # hosted calls stream their reply into the job's events (model.delta) as it is generated
+    stream: bool = True
     # base URL of an OpenAI-compatible server (vLLM, llama-server, Ollama) for every hosted
     # model; wins over litellm's OPENAI_API_BASE and the like. None: the provider's own
     api_base: str | None = None
@@ -494,6 +496,45 @@ class HooksSettings(_Section):
         return value
 
 
+ApprovalAsk = Literal["nothing", "unmatched", "everything"]
+
+
+class ApprovalRule(_Section):
+    """Calls a person need not approve (``gliding/agents/approvals.py``; docs/config.md,
+    "Approvals"): every field given must match; a field whose argument the call lacks does
+    not match. Patterns are shell-style (``fnmatch``: ``*`` matches ``/`` and spaces too)."""
+
+    tool: str = Field("*", min_length=1, max_length=200)  # the tool's name
+    # a shell command (the ``command`` argument), matched whole; one with ; & | < > $ ` ( )
+    # { } or a line break never matches (it could chain another command after the allowed one)
+    command: str | None = Field(None, min_length=1, max_length=2000)
+    # the ``path`` argument, normalised: a relative pattern matches paths inside the workspace
+    # (relative to it), an absolute one the absolute path
+    path: str | None = Field(None, min_length=1, max_length=2000)
+    host: str | None = Field(None, min_length=1, max_length=300)  # the ``url`` argument's host
+
+
+class ApprovalPolicy(_Section):
+    """Which tool calls wait for a person's yes (a task file's ``approvals``: it can only add
+    asking to the host's, never take any away)."""
+
+    ask: ApprovalAsk = "nothing"  # nothing | unmatched (by an allow rule) | everything
+    allow: list[ApprovalRule] = Field([], max_length=200)
+
+    @field_validator("allow", mode="before")
+    @classmethod
+    def _allow_from_json(cls, value: Any) -> Any:
+        if isinstance(value, str):  # GLIDING_APPROVALS__ALLOW='[{"tool": "read_file"}]'
+            return _json_object(value, "approvals.allow") if value.strip() else []
+        return value
+
+
+class ApprovalSettings(ApprovalPolicy):
+    # an unanswered approval is denied after this long (it survives restarts: the deadline
+    # is kept with the request); the wait does not count against a job's wall time budget
+    timeout_s: float = Field(3600.0, gt=0, le=7 * 86_400, allow_inf_nan=False)
+
+
 class TraceSettings(_Section):
     # an OTLP/HTTP traces endpoint (http://127.0.0.1:4318/v1/traces); None: no traces
     endpoint: str | None = Field(None, min_length=1, max_length=2000)
@@ -519,6 +560,7 @@ class Settings(_Section):
     bus: BusSettings = BusSettings()
     daemon: DaemonSettings = DaemonSettings()
     hooks: HooksSettings = HooksSettings()
+    approvals: ApprovalSettings = ApprovalSettings()
     traces: TraceSettings = TraceSettings()
 
     @field_validator("data_dir", mode="before")

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from gliding.config.settings import HookSettings, MCPServerSettings
+from gliding.config.settings import ApprovalPolicy, HookSettings, MCPServerSettings
 from gliding.config.task_schema import TaskSpec, kind_of
 from gliding.config.workspace_rule import WORKSPACE_HINT, workspace_refusal
 from gliding.config.yamlsource import (
@@ -86,6 +86,7 @@ class Task:
     # its tools may change the git directory the workspace has when the job starts (hooks and
     # config run on the host at the user's next git command); else it is read-only to them
     git_writes: bool = False
+    approvals: ApprovalPolicy = ApprovalPolicy()  # the task's own, on top of the host's
 
 
 def load_task(path: Path) -> Task:
@@ -178,6 +179,7 @@ def load_task_text(text: str, source: str, base_dir: Path) -> Task:
         venv=venv,
         mounts=mounts,
         git_writes=spec.git_writes,
+        approvals=spec.approvals,
     )
 
 
@@ -241,6 +243,7 @@ def task_record(task: Task) -> dict[str, Any]:
         "mounts": [str(m) for m in task.mounts],
         "git_writes": task.git_writes,
         "hooks": [hook.model_dump(mode="json") for hook in task.hooks],
+        "approvals": task.approvals.model_dump(mode="json"),
     }
 
 
@@ -267,7 +270,8 @@ def task_from_record(data: dict[str, Any]) -> Task:
             git_writes=data.get("git_writes", False) is True,
             # a record may come over the bus: a task's hooks are sandboxed whatever it says
             hooks=tuple(HookSettings.model_validate({**hook, "sandbox": True})
-                        for hook in data.get("hooks") or ()))
+                        for hook in data.get("hooks") or ()),
+            approvals=ApprovalPolicy.model_validate(data.get("approvals") or {}))
     except (KeyError, TypeError, ValueError) as exc:  # ValidationError is a ValueError
         raise TaskFileError(f"the job's archived task record is damaged: {exc}") from exc
 

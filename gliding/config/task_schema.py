@@ -28,7 +28,12 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gliding.config.roles import RoleName, entry, pick, role_list, role_names
-from gliding.config.settings import HookSettings, MCPServerSettings, mcp_server_names
+from gliding.config.settings import (
+    ApprovalPolicy,
+    HookSettings,
+    MCPServerSettings,
+    mcp_server_names,
+)
 from gliding.config.yamlsource import shown
 from gliding.core.checks import Check, CommandSucceeds, FileContains, FileExists
 
@@ -251,6 +256,9 @@ class TaskSpec(_Spec):
     # commands at lifecycle points (docs/config.md, "Hooks"); they run on a host only where its
     # hooks.allow_task is true, and always in the sandbox
     hooks: tuple[HookSettings, ...] = ()
+    # tool calls that wait for a person's yes (docs/config.md, "Approvals"), on top of the
+    # host's approvals: a task can add asking, never take the host's away
+    approvals: ApprovalPolicy = ApprovalPolicy()
 
     @field_validator("hooks", mode="before")
     @classmethod

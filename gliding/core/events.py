@@ -153,6 +153,32 @@ class LLMFallback(LLMRetry):
     name: ClassVar[str] = "llm.fallback"
 
 
+@dataclass(frozen=True)
+class ModelDelta(Event):
+    """A piece of a model's reply as it streams in (``llm.stream``): the turn's reply so far
+    is the ``text`` of its deltas in ``seq`` order since the turn's last ``model.discarded``.
+    Pieces are batched (``gliding/agents/streaming.py``), not one a token."""
+
+    name: ClassVar[str] = "model.delta"
+    session: str
+    turn: int
+    seq: int  # 1, 2, ... within the turn, never reset
+    text: str
+    tool: str | None = None  # the text is of this tool call's JSON arguments; None: content
+
+
+@dataclass(frozen=True)
+class ModelDiscarded(Event):
+    """The deltas of a turn since its last ``model.discarded`` are void: the call that sent
+    them failed mid-way (a stream cut), and is retried or fails the turn."""
+
+    name: ClassVar[str] = "model.discarded"
+    session: str
+    turn: int
+    reason: str  # what happened, e.g. "connection failed"
+    chars: int  # the characters of the deltas made void
+
+
 # -- the composition root and the dispatcher --------------------------------------------------
 
 @dataclass(frozen=True)
@@ -189,6 +215,30 @@ class Steered(Event):
     turn: int
     steer: str  # its IRI in L0
     text: str  # the message, one line, clipped
+
+
+@dataclass(frozen=True)
+class ApprovalRequested(Event):
+    name: ClassVar[str] = "approval.requested"
+    session: str
+    turn: int
+    approval: str  # its id (<session>-<turn>): gliding approve JOB --id ID
+    tool: str
+    arguments: str  # the arguments as JSON, one line, clipped
+    digest: str  # SHA-256 of the tool and its whole arguments: what an answer binds to
+    reason: str  # why the policy asks
+    deadline: float  # Unix time when an unanswered call is denied
+
+
+@dataclass(frozen=True)
+class ApprovalAnswered(Event):
+    name: ClassVar[str] = "approval.answered"
+    session: str
+    turn: int
+    approval: str
+    approved: bool
+    by: str  # person, or timeout
+    note: str | None = None  # what the person said, one line, clipped
 
 
 @dataclass(frozen=True)
@@ -255,6 +305,12 @@ class JobCancelled(Event):
 
 
 @dataclass(frozen=True)
+class JobPaused(Event):
+    name: ClassVar[str] = "job.paused"
+    reason: str  # who paused it, and what runs it on
+
+
+@dataclass(frozen=True)
 class JobStopped(Event):
     name: ClassVar[str] = "job.stopped"
     code: str
@@ -276,9 +332,11 @@ class StreamDropped(Event):
 
 EVENTS: dict[str, type[Event]] = {cls.name: cls for cls in (
     JobStarted, PlanNotes, CheckReport, JobFinished, RoleStarted, RoleFinished, Turn,
-    GuardTripped, MemoryWithheld, LLMRetry, LLMFallback, JobSandbox, ToolchainRefused,
-    WorkspaceChanged, MCPServerUnavailable, Steered, HookRefused, HookFailed, WorkGranted,
-    WorkLapsed, JobQueued, JobDispatched, JobCancelled, JobStopped, JobSuspended,
+    GuardTripped, MemoryWithheld, LLMRetry, LLMFallback, ModelDelta, ModelDiscarded,
+    JobSandbox, ToolchainRefused,
+    WorkspaceChanged, MCPServerUnavailable, Steered, ApprovalRequested, ApprovalAnswered,
+    HookRefused, HookFailed, WorkGranted,
+    WorkLapsed, JobQueued, JobDispatched, JobCancelled, JobPaused, JobStopped, JobSuspended,
     StreamDropped)}
 """Every event, by name."""
 

@@ -9,10 +9,21 @@
                                      ``Last-Event-ID``), then live ones until the job's end;
                                      ``follow=false``: the past only
     POST /v1/jobs/{job}/cancel       queued: never starts; running: stops at its next await
-    POST /v1/jobs/{job}/resume       queue an interrupted or cancelled job again
+    POST /v1/jobs/{job}/interrupt    running: its current model or tool call stops, the job
+                                     is paused (a steer or resume runs it on)
+    POST /v1/jobs/{job}/resume       queue an interrupted, paused or cancelled job again
+    GET  /v1/jobs/{job}/approvals    the tool calls that asked a person, with their answers
+    POST /v1/jobs/{job}/approvals/{id}  {"approve", "note"?, "digest"?}: answer one waiting
+                                     call (agents/approvals.py); the job need not be running
     POST /v1/jobs/{job}/steer        {"message"} → 202 {"job", "steer"}: appended before the
-                                     next model call of one of its sessions (agents/steer.py)
+                                     next model call of one of its sessions (agents/steer.py);
+                                     a paused job is queued again with it
     GET  /v1/iri?iri&offset&limit    a page of an archived item (as the read_result tool)
+    GET  /v1/schedules               the recurring jobs, by name, with their next due time
+    POST /v1/schedules               {"name", "cron", "task", "task_name"?, "tz"?, "missed"?,
+                                     "overlap"?, "model"?, "base_dir"?} → 201 the schedule
+                                     (daemon/schedule_runner.py); 409: the name is taken
+    DELETE /v1/schedules/{name}      drop it (its jobs stay) → the schedule it was
     GET  /v1/health                  {"status": "ok"}: no token needed, nothing revealed
     GET  /v1/openapi.json            this API's OpenAPI document
 
@@ -45,6 +56,7 @@ from typing import Annotated, Any, Literal
 import anyio
 import structlog
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -54,6 +66,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gliding import __version__
+from gliding.agents.approvals import NOTE_CHARS
 from gliding.agents.steer import STEER_CHARS
 from gliding.config.settings import Settings
 from gliding.config.yamlsource import USER_FILE_MAX_BYTES
@@ -64,6 +77,7 @@ from gliding.daemon.hosts import HostCheck
 from gliding.daemon.jobs import DaemonLock, JobBusy, stop_error
 from gliding.daemon.queue import JobStateError
 from gliding.daemon.reading import job_record
+from gliding.daemon.schedule import Schedule, ScheduleExists
 from gliding.daemon.service import MAX_OFFSET, JobService, ServiceStopping
 from gliding.errors import GlidingError, NotFoundError, SandboxError, UsageError
 from gliding.tools.sandbox import Sandbox
@@ -96,7 +110,7 @@ def status_of(error: GlidingError) -> int:
         return 413
     if isinstance(error, ServiceStopping):
         return 503
-    if isinstance(error, JobStateError | JobBusy):
+    if isinstance(error, JobStateError | JobBusy | ScheduleExists):
         return 409
     if isinstance(error, NotFoundError):
         return 404
@@ -133,6 +147,80 @@ class SteerOut(_Wire):
     steer: str = Field(description="The message's IRI in the job's archive.")
 
 
+class AnswerIn(_Wire):
+    approve: bool = Field(description="true: the call runs, unchanged; false: it is not run")
+    note: str = Field("", max_length=NOTE_CHARS, description=(
+        "What the agent is told with the answer (why not, what to do instead)."))
+    digest: str | None = Field(None, pattern="^[0-9a-f]{64}$", description=(
+        "The request's digest as shown: refused (409) when the waiting call is another one."))
+
+
+class Answer(_Wire):
+    approved: bool
+    by: str = Field(description="person, or timeout (approvals.timeout_s passed)")
+    note: str
+    at: float | None
+
+
+class ApprovalOut(_Wire):
+    """A tool call that asked for a person's approval (agents/approvals.py)."""
+
+    approval: str = Field(description="Its id: <session>-<turn>")
+    tool: str
+    arguments: dict[str, Any] = Field(description="Exactly the arguments it runs with")
+    digest: str = Field(description="SHA-256 of the tool and arguments: an answer binds to it")
+    role: str
+    session: str
+    turn: int | None
+    reason: str = Field(description="Why the policy asks")
+    asked_at: float | None
+    deadline: float | None = Field(description="Unix time when, unanswered, it is denied")
+    answer: Answer | None = Field(description="None while it waits")
+
+
+class Approvals(_Wire):
+    job: str
+    approvals: list[ApprovalOut]
+
+
+class ScheduleIn(_Wire):
+    name: str = Field(description="1-64 letters, digits, '.', '_' or '-'; names its jobs "
+                                  "(<name>@<local time>).")
+    cron: str = Field(max_length=200, description=(
+        "Five fields: minute hour day-of-month month day-of-week (cronsim, as Debian's "
+        "cron), e.g. '*/15 * * * *'."))
+    task: str = Field(description="The task file's text (YAML), checked as POST /v1/jobs does.")
+    task_name: str = Field("task.yaml", description="The task file's name, for messages.")
+    tz: str = Field("UTC", max_length=100, description="The IANA time zone the expression is "
+                                                       "read in, e.g. Europe/Paris.")
+    missed: Literal["skip", "once"] = Field("skip", description=(
+        "Due times missed while the daemon was down: skip (none run) or once (one "
+        "catch-up run at the start)."))
+    overlap: Literal["skip", "queue"] = Field("skip", description=(
+        "A due time while its last job is queued or running: skip it, or queue a job."))
+    model: str | None = Field(None, description="As POST /v1/jobs.")
+    base_dir: str | None = Field(None, description="As POST /v1/jobs.")
+
+
+class ScheduleOut(_Wire):
+    name: str
+    cron: str
+    tz: str
+    missed: str
+    overlap: str
+    task_name: str
+    base_dir: str
+    model: str | None
+    created: float = Field(description="Seconds since the epoch")
+    last_due: float = Field(description="The last due time acted on (created, at first)")
+    last_job: str | None = Field(description="The last job it submitted")
+    next_due: float | None = Field(description="Its next due time; null: never again")
+
+
+class ScheduleList(_Wire):
+    schedules: list[ScheduleOut]
+
+
 class Submitted(_Wire):
     job: str
     state: str
@@ -144,7 +232,8 @@ class JobOut(_Wire):
     goal: str
     model: str | None
     workspace: str
-    state: Literal["queued", "running", "cancelling", "cancelled", "finished", "interrupted"]
+    state: Literal["queued", "running", "cancelling", "cancelled", "finished", "interrupted",
+                   "paused"]
     outcome: str | None = Field(description="success, failed, escalated, budget_exceeded, "
                                             "loop_detected, compaction_stalled, error: once "
                                             "finished")
@@ -187,6 +276,8 @@ class JobStatus(JobOut):
     progress: Progress | None = Field(description="From its archive, once it has one")
     archive: str | None
     events: int | None = Field(description="The last event's number, when known")
+    approvals_waiting: list[ApprovalOut] = Field(description=(
+        "Tool calls waiting for a person's approval (gliding approve / deny)"))
 
 
 class EventOut(_Wire):
@@ -342,15 +433,50 @@ def build_app(service: JobService, token: str) -> FastAPI:
     async def cancel(job: str) -> dict[str, Any]:
         return job_record(await service.cancel(job))
 
+    @v1.post("/jobs/{job}/interrupt", response_model=JobOut,
+             summary="Stop a running job's current model or tool call and pause it")
+    async def interrupt(job: str) -> dict[str, Any]:
+        return job_record(await service.interrupt(job))
+
     @v1.post("/jobs/{job}/steer", response_model=SteerOut, status_code=202,
              summary="Tell a running job something before its next model call")
     async def steer(job: str, body: SteerIn) -> dict[str, Any]:
         return {"job": job, "steer": await service.steer(job, body.message)}
 
+    @v1.get("/jobs/{job}/approvals", response_model=Approvals,
+            summary="The job's tool calls that asked for approval, with their answers")
+    async def approvals(job: str) -> dict[str, Any]:
+        return {"job": job, "approvals": await service.approvals(job)}
+
+    @v1.post("/jobs/{job}/approvals/{approval}", response_model=ApprovalOut,
+             summary="Approve or deny a tool call waiting for a person")
+    async def answer(job: str, approval: Annotated[str, PathParam(max_length=300)],
+                     body: AnswerIn) -> dict[str, Any]:
+        return await service.answer(job, approval, approve=body.approve, note=body.note,
+                                    digest=body.digest)
+
     @v1.post("/jobs/{job}/resume", response_model=JobOut,
               summary="Queue an interrupted or cancelled job again")
     async def resume(job: str) -> dict[str, Any]:
         return job_record(await service.resume(job))
+
+    @v1.get("/schedules", response_model=ScheduleList, summary="The recurring jobs")
+    async def schedules() -> dict[str, Any]:
+        found = await service.schedules.schedules()
+        return {"schedules": [_schedule_record(s, due) for s, due in found]}
+
+    @v1.post("/schedules", status_code=201, response_model=ScheduleOut,
+             summary="Add a recurring job")
+    async def add_schedule(body: ScheduleIn) -> dict[str, Any]:
+        added = await service.schedules.add(
+            body.name, body.cron, body.task, task_name=body.task_name, tz=body.tz,
+            missed=body.missed, overlap=body.overlap, model=body.model, base_dir=body.base_dir)
+        return _schedule_record(added, await service.schedules.next_due(added))
+
+    @v1.delete("/schedules/{name}", response_model=ScheduleOut,
+               summary="Remove a recurring job (its jobs stay)")
+    async def remove_schedule(name: str) -> dict[str, Any]:
+        return _schedule_record(await service.schedules.remove(name), None)
 
     @v1.get("/iri", response_model=Page, summary="Read an archived item back")
     async def read_iri(iri: Annotated[str, Query(max_length=2000)],
@@ -385,6 +511,12 @@ def served_app(service: JobService, token: str) -> ASGIApp:
                 raise
 
     return answered
+
+
+def _schedule_record(schedule: Schedule, next_due: float | None) -> dict[str, Any]:
+    """A schedule as the API shows it: all but its task's text."""
+    out = {k: v for k, v in vars(schedule).items() if k != "task"}
+    return out | {"next_due": next_due}
 
 
 async def _sse(service: JobService, job: str, after: int, follow: bool

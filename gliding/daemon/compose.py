@@ -379,6 +379,7 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                         briefing=briefing if rt.projector is not None else None,
                         began_dir=_began_dir(archive), sandbox=j.sandbox, board=jb,
                         hooks=parts.job_hooks(job, task, settings, j.sandbox, bus),
+                        approvals=parts.job_approvals(job, task, settings, port, j.clock, bus),
                         tracer=Tracer(settings.traces.endpoint))
         worker = AgentWorker(kit, state.roles, concurrency=settings.scheduler.max_parallel)
 

@@ -46,6 +46,8 @@ SUSPENDED_BY = "the daemon stopped; it resumes the job when it starts again"
 """The ``stopped_by`` of a job the daemon stopped when it stopped itself (it resumes it)."""
 CANCELLED_BY = "cancelled by a cancel request to the daemon"
 """The ``stopped_by`` of a job cancelled through the daemon (it stays cancelled)."""
+PAUSED_BY = "paused by an interrupt request to the daemon; a steer or resume runs it on"
+"""The ``stopped_by`` of a job paused through the daemon (it stays paused)."""
 
 log = structlog.get_logger("gliding.daemon")
 

@@ -94,7 +94,7 @@ def backend(model: str, settings: Settings) -> LLM:
                              "set", hint=f"export {llm_settings.api_key_env}=<the key>, or "
                              "unset llm.api_key_env to use the provider's usual variable")
     return HostedLLM(model, timeout_s=llm_settings.timeout_s, max_tokens=llm_settings.max_tokens,
-                     api_base=llm_settings.api_base, api_key=api_key,
+                     api_base=llm_settings.api_base, api_key=api_key, stream=llm_settings.stream,
                      role_max_tokens={role: own.max_tokens
                                       for role, own in llm_settings.roles.items()
                                       if own.max_tokens is not None},

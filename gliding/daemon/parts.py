@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from gliding.agents.approvals import Approvals
 from gliding.agents.hooks import Hooks
 from gliding.agents.roles import RoleSpec
 from gliding.bus import topics
@@ -40,6 +41,21 @@ def job_hooks(job: str, task: Task, settings: Settings, sandbox: Sandbox | None,
         await bus.publish(topics.events(job), JobEvent.of(job, event))
 
     return Hooks.of(job, task, settings, sandbox, publish)
+
+
+def job_approvals(job: str, task: Task, settings: Settings, port: ArchivePort, clock: Clock,
+                  bus: Bus) -> Approvals | None:
+    """The job's approvals where its agents run (this host's policy, then the task's: a call
+    asks when either asks); None when neither ever asks."""
+    policies = (settings.approvals, task.approvals)
+    if all(p.ask == "nothing" for p in policies):
+        return None
+
+    async def publish(event: Any) -> None:
+        await bus.publish(topics.events(job), JobEvent.of(job, event))
+
+    return Approvals(port, job, policies, settings.approvals.timeout_s, task.workspace,
+                     publish, clock.monotonic)
 
 
 def mcp_groups(task: Task, settings: Settings, sandbox: Sandbox | None = None

@@ -26,8 +26,11 @@ the daemon then rebuilds the queue from the jobs' archives (``reconcile.open_que
 
 The queue's format version is SQLite's ``user_version`` (``QUEUE_VERSION``):
 
-    1  the jobs table below. Queues made before the version was kept (``user_version`` 0) have
-       the same table: they are read as they are and stamped 1 when opened.
+    1  the jobs table. Queues made before the version was kept (``user_version`` 0) have
+       the same table.
+    2  its ``state`` may be ``paused`` too (``gliding interrupt``). A queue of version 0 or 1
+       is rebuilt into the table below, in one transaction, and stamped 2 when opened (a
+       CHECK constraint cannot be altered in place).
 
 A queue of a newer version is refused with a plain ``ArchiveError``, not ``QueueDamaged``: it
 is not rebuilt (that would drop what the newer version keeps), the daemon does not start.
@@ -46,28 +49,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gliding.errors import ArchiveError, NotFoundError, UsageError
+from gliding.errors import ArchiveError, JobStateError, NotFoundError
 
 QUEUE_FILE = Path("daemon") / "queue.sqlite3"
-QUEUE_VERSION = 1
+QUEUE_VERSION = 2
 EVENTS_DIR = Path("daemon") / "events"
 TOKEN_FILE = "daemon.token"
 INFO_FILE = "daemon.json"
 
 QUEUED, RUNNING, CANCELLING, CANCELLED = "queued", "running", "cancelling", "cancelled"
-FINISHED, INTERRUPTED = "finished", "interrupted"
-STATES = (QUEUED, RUNNING, CANCELLING, CANCELLED, FINISHED, INTERRUPTED)
-ENDED = (CANCELLED, FINISHED, INTERRUPTED)
+FINISHED, INTERRUPTED, PAUSED = "finished", "interrupted", "paused"
+STATES = (QUEUED, RUNNING, CANCELLING, CANCELLED, FINISHED, INTERRUPTED, PAUSED)
+ENDED = (CANCELLED, FINISHED, INTERRUPTED, PAUSED)
 """States no daemon leaves on its own (only a resume request queues the job again)."""
-TERMINAL = ("job.finished", "job.cancelled", "job.stopped")
-"""The events after which a job's stream ends (the job got its outcome, was cancelled, or
-stopped on an error); the daemon's streams and its clients both stop on them."""
+TERMINAL = ("job.finished", "job.cancelled", "job.stopped", "job.paused")
+"""The events after which a job's stream ends (the job got its outcome, was cancelled, paused,
+or stopped on an error); the daemon's streams and its clients both stop on them."""
 
 TRANSITIONS: dict[str, tuple[str, ...]] = {
     QUEUED: (RUNNING, CANCELLED),
-    RUNNING: (FINISHED, INTERRUPTED, CANCELLING, CANCELLED, QUEUED),
+    RUNNING: (FINISHED, INTERRUPTED, CANCELLING, CANCELLED, QUEUED, PAUSED),
     CANCELLING: (CANCELLED, FINISHED, INTERRUPTED, QUEUED),
     INTERRUPTED: (QUEUED, CANCELLED),
+    PAUSED: (QUEUED, CANCELLED),
     CANCELLED: (QUEUED,),
     FINISHED: (),
 }
@@ -97,12 +101,6 @@ _COLUMNS = ("job, name, task, base_dir, workspace, goal, model, state, outcome, 
             "submitted, started, finished, runs, seq")
 _DAMAGED = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 """SQLite's (primary) result codes for a file that is not a database, or a damaged one."""
-
-
-class JobStateError(UsageError):
-    """The job's state does not allow what was asked (cancel a finished job, ...)."""
-
-    code = "job.state"
 
 
 class QueueDamaged(ArchiveError):
@@ -168,6 +166,10 @@ class JobQueue:
                                    hint="upgrade Gliding to run this data dir's daemon")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
+            if version < 2 and self._db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'"
+                    ).fetchone():
+                _rebuild(self._db)
             self._db.executescript(_SCHEMA)
             _check(self._db, path)
             if version < QUEUE_VERSION:
@@ -330,6 +332,24 @@ def _check(db: sqlite3.Connection, path: Path) -> None:
                            hint="move it away; the jobs' archives keep their data")
 
 
+def _rebuild(db: sqlite3.Connection) -> None:
+    """The jobs table of a version 0 or 1 queue moved into the current table (whose CHECK
+    admits every state of ``STATES``), in one transaction: a crash leaves the old table."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("ALTER TABLE jobs RENAME TO jobs_v1")
+        db.execute("DROP INDEX IF EXISTS jobs_state")
+        for statement in _SCHEMA.split(";"):  # not executescript: it would commit first
+            if statement.strip():
+                db.execute(statement)
+        db.execute(f"INSERT INTO jobs ({_COLUMNS}) SELECT {_COLUMNS} FROM jobs_v1")
+        db.execute("DROP TABLE jobs_v1")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
 def _hint(state: str) -> str:
     return {
         FINISHED: "it has its outcome; submit the task again to run it again",
@@ -338,6 +358,7 @@ def _hint(state: str) -> str:
         QUEUED: "it waits for a free slot",
         RUNNING: "wait for it, or cancel it",
         CANCELLING: "it stops at its next safe point",
+        PAUSED: "a steer or resume runs it on",
     }[state]
 
 

@@ -44,7 +44,14 @@ from typing import Any
 from urllib.parse import quote
 
 from gliding.daemon import queue as q
-from gliding.daemon.jobs import CANCELLED_BY, FINISHED, STOPPED, SUSPENDED_BY, JobLock
+from gliding.daemon.jobs import (
+    CANCELLED_BY,
+    FINISHED,
+    PAUSED_BY,
+    STOPPED,
+    SUSPENDED_BY,
+    JobLock,
+)
 from gliding.daemon.queue import JobQueue, QueueDamaged, QueuedJob
 from gliding.errors import ArchiveError, GlidingError
 from gliding.memory.archive.store import ARCHIVE_FILE, Archive
@@ -237,6 +244,8 @@ def _ending(status: str, stopped_by: str) -> Ending | None:
         return None
     if stopped_by == CANCELLED_BY:
         return q.CANCELLED, None, "cancelled while it ran"
+    if stopped_by == PAUSED_BY:
+        return q.PAUSED, None, PAUSED_BY
     return q.INTERRUPTED, None, stopped_by
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -22,7 +23,9 @@ from gliding.core import events
 from gliding.core.logs import terminal_safe
 from gliding.core.messages import Usage
 from gliding.core.prices import CostTotal
-from gliding.core.text import clip, error_line
+from gliding.core.text import clip, error_line, one_line
+from gliding.daemon.schedule import scheduled_by, zone
+from gliding.errors import GlidingError
 from gliding.llm.port import free_backend
 from gliding.scheduler.report import JobReport
 from gliding.tools.sandbox import UNPROTECTED
@@ -100,6 +103,15 @@ def _progress_line(event: JobEvent) -> str | None:
         return f"[CA] FAIL {failed} → {d['next']}"
     if event.event == events.Steered.name:
         return f"[{d['session']} turn {d['turn']}] steered: {d['text']}"
+    if event.event == events.ApprovalRequested.name:
+        return (f"[{d['session']} turn {d['turn']}] waiting for approval {d['approval']}: "
+                f"{d['tool']} {d['arguments']} ({d['reason']}; gliding approve {event.job} "
+                f"--id {d['approval']}, or gliding deny)")
+    if event.event == events.ApprovalAnswered.name:
+        said = f": {d['note']}" if d.get("note") else ""
+        verdict = "approved" if d["approved"] else (
+            "denied (no answer in time)" if d["by"] == "timeout" else "denied")
+        return f"[{d['session']} turn {d['turn']}] approval {d['approval']} {verdict}{said}"
     if event.event == events.HookRefused.name:
         return (f"[{d['session']} turn {d['turn']}] {d['tool']} refused by hook "
                 f"`{d['hook']}`: {d['reason']}")
@@ -319,6 +331,8 @@ def _daemon_event(name: str, d: dict[str, Any]) -> str:
         return f"finished: {d.get('outcome')}"
     if name == events.JobCancelled.name:
         return "cancelled" + ("" if d.get("ran") else " before it started")
+    if name == events.JobPaused.name:
+        return f"paused: {d.get('reason')}"
     if name == events.JobStopped.name:
         return f"stopped: {d.get('error')}"
     if name == events.JobSuspended.name:
@@ -334,8 +348,27 @@ def queue_line(job: dict[str, Any]) -> str:
     runs = int(job.get("runs") or 0)
     resumed = f"  (resumed {runs - 1}×)" if runs > 1 else ""
     error = f"  {job['error']}" if job.get("error") and state != "success" else ""
+    by = scheduled_by(str(job.get("name") or ""))
+    scheduled = f"  ({job['name']})" if by else ""  # <schedule>@<time>: which run it is
     return terminal_safe(f"{job.get('job')}  {state:<15} {str(job.get('goal', ''))[:60]}"
-                         f"{resumed}{error}")
+                         f"{scheduled}{resumed}{error}")
+
+
+def schedule_line(s: dict[str, Any]) -> str:
+    """A schedule of the daemon as ``gliding schedule list`` shows it: its times in its zone."""
+    def when(t: Any) -> str:
+        if t is None:
+            return "never"
+        try:
+            return datetime.fromtimestamp(float(t), zone(str(s.get("tz")))).isoformat(
+                timespec="minutes")
+        except (GlidingError, ValueError, OverflowError):
+            return str(t)
+
+    last = f"  last job {s['last_job']}" if s.get("last_job") else ""
+    return terminal_safe(f"{s.get('name')}  {s.get('cron')!r} {s.get('tz')}  "
+                         f"missed={s.get('missed')} overlap={s.get('overlap')}  "
+                         f"{s.get('task_name')}  next {when(s.get('next_due'))}{last}")
 
 
 def status_text(s: dict[str, Any]) -> str:
@@ -367,4 +400,13 @@ def status_text(s: dict[str, Any]) -> str:
             lines.append(f"unpriced:  {', '.join(t.get('unpriced_models') or ()) or '?'} "
                          "(no price known; give it one in llm.prices)")
         lines.append(f"archive:   {s.get('archive')} ({p['archive_status']})")
+    for a in s.get("approvals_waiting") or ():
+        lines.append(f"waiting:   approval {a['approval']}: {approval_text(a)} "
+                     f"(denied at {when(a.get('deadline'))} unless answered)")
     return "\n".join(terminal_safe(line) for line in lines)
+
+
+def approval_text(a: dict[str, Any]) -> str:
+    """A call waiting for approval, one line: the tool and its arguments."""
+    shown = json.dumps(a.get("arguments") or {}, ensure_ascii=False)
+    return one_line(f"{a.get('tool')} {shown}", 300)

@@ -21,6 +21,8 @@
               the queue rebuilt from the archives (``reconcile.open_queue``, one warning)
     disk full a job's ending the queue cannot take is kept in memory, shown by ``get`` and
               ``jobs``, and written once the queue takes writes again (``_settle_later``)
+    schedules recurring jobs (``schedule_runner``): a loop in the service's task group that
+              submits each due run as ``submit`` does; kept in ``daemon/schedules.sqlite3``
     shutdown  ``stop``: no new submissions, every running job cancelled at its next await
               (archive ``interrupted``, queue state still ``running``), so the next start
               resumes it
@@ -47,10 +49,11 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from gliding.agents import approvals
 from gliding.agents.steer import post_steer
 from gliding.bus.messages import JobEvent
 from gliding.config.settings import Settings
-from gliding.config.task import load_task_text
+from gliding.config.task import Task, load_task_text
 from gliding.core import events
 from gliding.core.ids import new_job_id
 from gliding.core.iri import job_iri, parse_iri
@@ -63,13 +66,14 @@ from gliding.daemon.compose import (
     run_job,
 )
 from gliding.daemon.events import EventLog
-from gliding.daemon.jobs import CANCELLED_BY, SUSPENDED_BY, record_stop
+from gliding.daemon.jobs import CANCELLED_BY, PAUSED_BY, SUSPENDED_BY, record_stop
 from gliding.daemon.jobs import FINISHED as OUTCOMES
 from gliding.daemon.models import build_llm, check_cost_budget, check_model_file
 from gliding.daemon.queue import JobQueue, JobStateError, QueuedJob
 from gliding.daemon.reading import archived_status, job_record, read_page
 from gliding.daemon.reconcile import Unsettled, ended_in_archive, open_queue
 from gliding.daemon.runtime import Runtime
+from gliding.daemon.schedule_runner import ScheduleRunner
 from gliding.errors import GlidingError, IRIError, NotFoundError, TaskFileError, UsageError
 from gliding.memory.archive.store import Archive, archive_path
 from gliding.tools.groups import GROUP_NAMES, known_group
@@ -89,13 +93,23 @@ class ServiceStopping(UsageError):
     code = "daemon.stopping"
 
 
+@dataclass(frozen=True)
+class CheckedTask:
+    """A task file ``check_task`` found usable, as ``submit`` queues it."""
+
+    name: str
+    base_dir: Path
+    model: str | None  # with a relative scripted: replies file made absolute
+    task: Task
+
+
 @dataclass
 class _Active:
     """A job this daemon runs now."""
 
     entry: QueuedJob
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    reason: str = ""  # "cancel" or "shutdown" once its scope is cancelled
+    reason: str = ""  # "cancel", "pause" or "shutdown" once its scope is cancelled
 
     def cancel(self, reason: str) -> None:
         self.reason = self.reason or reason
@@ -128,6 +142,7 @@ class JobService:
         self._unsettled: dict[str, Unsettled] = {}  # endings the queue could not take yet
         self._wake_settler = anyio.Event()
         self.stopping = False
+        self.schedules = ScheduleRunner(self.data_dir, self, now)  # recurring jobs
 
     # -- serving ------------------------------------------------------------------------------
 
@@ -148,6 +163,7 @@ class JobService:
             await anyio.to_thread.run_sync(partial(
                 (self.data_dir / q.EVENTS_DIR).mkdir, parents=True, exist_ok=True))
             await self._recover()
+            await self.schedules.open()
             async with Runtime.open(self.settings) as runtime:
                 self._runtime = runtime
                 async with anyio.create_task_group() as tg:
@@ -156,6 +172,7 @@ class JobService:
                                   lambda: self.stopping and not self._active)
                     tg.start_soon(self._dispatch)
                     tg.start_soon(self._settle_later)
+                    tg.start_soon(self.schedules.run)
                     try:
                         yield self
                     finally:
@@ -173,6 +190,7 @@ class JobService:
             self._runtime = None
             queue, self._queue = self._queue, None
             with anyio.CancelScope(shield=True):
+                await self.schedules.close()
                 await anyio.to_thread.run_sync(queue.close)
 
     def stop(self) -> None:
@@ -181,6 +199,7 @@ class JobService:
         for active in list(self._active.values()):
             active.cancel("shutdown")
         self._wake_dispatch.set()
+        self.schedules.wake()
         self.events_log.wake()
         self.events_log.close_subscribers(None)  # the streams end now: the daemon goes away
 
@@ -195,22 +214,17 @@ class JobService:
 
     # -- submitting ---------------------------------------------------------------------------
 
-    async def submit(self, text: str, name: str = "task.yaml", *, model: str | None = None,
-                     base_dir: str | None = None) -> QueuedJob:
-        """Queue the task file ``text`` (named ``name`` in messages; its relative workspace
-        and a relative ``scripted:`` replies file taken from ``base_dir``, an absolute path,
-        default the daemon's working directory) once it, its tool groups and its model are
-        known to be usable.
+    async def check_task(self, text: str, name: str = "task.yaml", *,
+                         model: str | None = None, base_dir: str | None = None) -> CheckedTask:
+        """What ``submit`` would queue, once the task, its tool groups and its model are known
+        to be usable (a schedule checks its task this way when it is added).
 
         Raises:
             TaskFileError: the task does not validate, its workspace is one no job may have
                 on this host (``refuse_task``), or it has a cost budget and a model
                 without a price (``check_cost_budget``). UsageError: a bad name, base_dir or
-                model (or replies file). ServiceStopping. ArchiveError.
+                model (or replies file).
         """
-        if self.stopping:
-            raise ServiceStopping("the daemon is stopping: it takes no new jobs",
-                                  hint="submit again once it runs again")
         name = _task_name(name)
         base = self.base_dir
         if base_dir is not None:
@@ -235,6 +249,22 @@ class JobService:
         await anyio.to_thread.run_sync(build_llm, chosen, self.settings)  # refused now
         await anyio.to_thread.run_sync(check_model_file, chosen)
         await anyio.to_thread.run_sync(check_cost_budget, task, self.settings, chosen)
+        return CheckedTask(name, base, model, task)
+
+    async def submit(self, text: str, name: str = "task.yaml", *, model: str | None = None,
+                     base_dir: str | None = None) -> QueuedJob:
+        """Queue the task file ``text`` (named ``name`` in messages; its relative workspace
+        and a relative ``scripted:`` replies file taken from ``base_dir``, an absolute path,
+        default the daemon's working directory) once ``check_task`` finds it usable.
+
+        Raises:
+            As ``check_task``. ServiceStopping. ArchiveError.
+        """
+        if self.stopping:
+            raise ServiceStopping("the daemon is stopping: it takes no new jobs",
+                                  hint="submit again once it runs again")
+        checked = await self.check_task(text, name, model=model, base_dir=base_dir)
+        name, base, model, task = checked.name, checked.base_dir, checked.model, checked.task
         for _ in range(8):  # a job id drawn twice in one second: draw again
             try:
                 entry: QueuedJob = await self._q(
@@ -285,6 +315,8 @@ class JobService:
         out["archive"] = None if archived is None else archived["archive"]
         # a job of an earlier daemon too
         out["events"] = (await self.events_log.of(job)).next_seq - 1
+        out["approvals_waiting"] = [r for r in await anyio.to_thread.run_sync(
+            self._approvals, job) if r["answer"] is None]
         return out
 
     async def events(self, job: str, *, after: int = 0, follow: bool = True
@@ -357,6 +389,25 @@ class JobService:
         raise JobStateError(f"job {job} changed state while it was being cancelled",
                             hint="look at its status and ask again")
 
+    async def interrupt(self, job: str) -> QueuedJob:
+        """Pause a running ``job``: its model or tool call in progress stops now (a tool call
+        cut off is reported to the model as interrupted when the job runs on), and it stays
+        ``paused`` until a steer or ``resume`` queues it again.
+
+        Raises:
+            JobStateError: it is not running. NotFoundError, IRIError.
+        """
+        await self._settle_now(job)
+        entry = await self.get(job)
+        active = self._active.get(job)
+        if entry.state != q.RUNNING or active is None:
+            raise JobStateError(f"job {job} is {entry.state}: only a running job can be "
+                                "interrupted", hint="cancel a queued job instead"
+                                if entry.state == q.QUEUED else None)
+        active.cancel("pause")
+        log.info("daemon.job.interrupted", job=job)
+        return entry
+
     async def steer(self, job: str, message: str) -> str:
         """Archive ``message`` as ``job``'s next steer (``agents/steer.py``): one of its
         sessions appends it before its next model call. Returns its IRI.
@@ -366,9 +417,9 @@ class JobService:
                 long, or the job took its last steer. NotFoundError, IRIError, ArchiveError.
         """
         entry = await self.get(job)
-        if entry.state != q.RUNNING:
-            raise JobStateError(f"job {job} is {entry.state}: only a running job can be "
-                                "steered", hint="resume it first (gliding resume JOB)"
+        if entry.state not in (q.RUNNING, q.PAUSED):
+            raise JobStateError(f"job {job} is {entry.state}: only a running or paused job "
+                                "can be steered", hint="resume it first (gliding resume JOB)"
                                 if entry.state in (q.INTERRUPTED, q.CANCELLED) else None)
 
         def write() -> str:
@@ -378,7 +429,53 @@ class JobService:
         async with self._steering:
             iri = await anyio.to_thread.run_sync(write)
         log.info("daemon.job.steered", job=job, steer=iri)
+        if entry.state == q.PAUSED:  # a steer runs a paused job on, with the message
+            with contextlib.suppress(JobStateError):  # resumed meanwhile
+                await self.resume(job)
         return iri
+
+    async def approvals(self, job: str) -> list[dict[str, Any]]:
+        """The job's approval requests, oldest first, each with its answer (None: waiting);
+        [] for a job that never asked (or has no archive yet).
+
+        Raises:
+            NotFoundError, IRIError, ArchiveError.
+        """
+        await self.get(job)
+        return await anyio.to_thread.run_sync(self._approvals, job)
+
+    def _approvals(self, job: str) -> list[dict[str, Any]]:
+        try:
+            with Archive.open(self.data_dir, job, create=False) as archive:
+                return approvals.listed(archive)
+        except NotFoundError:  # no archive yet
+            return []
+
+    async def answer(self, job: str, approval: str | None, *, approve: bool, note: str = "",
+                     digest: str | None = None) -> dict[str, Any]:
+        """Approve or deny a call of ``job`` waiting for a person (``agents/approvals.py``):
+        ``approval`` names it (None: the only one waiting); ``digest``, when given, must be
+        the one of the call the person saw. The job need not run: a job stopped while it
+        waited finds the answer when it resumes. Returns the request with its answer.
+
+        Raises:
+            JobStateError: the job is finished, the request was answered already, or the
+                digest differs. UsageError: no ``approval`` while none or several wait, or the
+                note is too long. NotFoundError, IRIError, ArchiveError.
+        """
+        entry = await self.get(job)
+        if entry.state == q.FINISHED:
+            raise JobStateError(f"job {job} is {entry.state}: nothing of it waits any more")
+
+        def write() -> dict[str, Any]:
+            with Archive.open(self.data_dir, job, create=False) as archive:
+                return approvals.answer(archive, approval, approve=approve, note=note,
+                                        bound=digest)
+
+        found = await anyio.to_thread.run_sync(write)  # the archive keeps the first answer
+        log.info("daemon.job.approval.answered", job=job, approval=found["approval"],
+                 approved=approve)
+        return found
 
     async def resume(self, job: str) -> QueuedJob:
         """Queue an interrupted or cancelled job again; its run resumes its archive.
@@ -393,7 +490,7 @@ class JobService:
         await self.get(job)
         await self._settle_now(job)
         entry: QueuedJob = await self._q(self.queue.move, job, q.QUEUED,
-                                         allowed=(q.INTERRUPTED, q.CANCELLED))
+                                         allowed=(q.INTERRUPTED, q.CANCELLED, q.PAUSED))
         await self.events_log.emit(job, events.JobQueued(resume=True))
         self._wake_dispatch.set()
         return entry
@@ -515,6 +612,10 @@ class JobService:
             await self._end(job, Unsettled(q.CANCELLED, now, error="cancelled while it ran"))
             await anyio.to_thread.run_sync(_record_stop, self.data_dir, job, CANCELLED_BY)
             await self.events_log.emit(job, events.JobCancelled(ran=True))
+        elif active.reason == "pause":
+            await self._end(job, Unsettled(q.PAUSED, now, error=PAUSED_BY, stop=PAUSED_BY))
+            await anyio.to_thread.run_sync(_record_stop, self.data_dir, job, PAUSED_BY)
+            await self.events_log.emit(job, events.JobPaused(reason=PAUSED_BY))
         elif active.reason == "shutdown":
             await anyio.to_thread.run_sync(_record_stop, self.data_dir, job, SUSPENDED_BY)
             await self.events_log.emit(job, events.JobSuspended(reason="the daemon stopped"))

@@ -309,6 +309,8 @@ class WorkerService:
                             counter=rt.counter, briefing=briefing, began_dir=began,
                             sandbox=sandbox, board=board, worker=self.name,
                             hooks=parts.job_hooks(job, task, settings, sandbox, self.bus),
+                            approvals=parts.job_approvals(job, task, settings, port, clock,
+                                                          self.bus),
                             tracer=tracer)
 
     async def _withhold_memory(self, a: Assignment, roles: Mapping[str, RoleSpec]) -> None:

@@ -11,7 +11,8 @@ Kinds and whether a call that failed so is tried again:
     overloaded    529, Anthropic's overloaded_error              retried
     server        500, 502, 503, 504                             retried
     timeout       no answer within llm.timeout_s                 retried
-    connection    refused, reset, closed without an answer       retried
+    connection    refused, reset, closed without an answer or    retried
+                  mid-way through a streamed one
     context_window  the prompt is over the model's window        not retried
     auth          401, 403: a missing or wrong API key           not retried
     not_found     404: no such model (or a wrong api_base)       not retried
@@ -59,6 +60,7 @@ HINTS = {
 
 # litellm's exception classes by name (most specific first); a status code decides otherwise
 _BY_CLASS = (
+    ("MidStreamFallbackError", "connection"),  # a stream broken off mid-way
     ("ContextWindowExceededError", "context_window"),
     ("RateLimitError", "rate_limited"),
     ("AuthenticationError", "auth"),

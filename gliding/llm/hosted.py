@@ -10,6 +10,14 @@ kind says whether it is worth retrying (``gliding.llm.faults.provider_error``), 
 settings ``llm.api_base``/``llm.api_key_env``) are passed to litellm, where they win over its
 environment variables.
 
+With ``stream`` (the setting ``llm.stream``) and a request that listens (``on_delta``), the
+call is streamed: ``stream: true`` with ``stream_options.include_usage``, each piece of text or
+of a tool call's arguments told to ``on_delta`` as it arrives, the chunks assembled by litellm
+(``stream_chunk_builder``) into the same response a whole call gives, its usage taken from the
+final chunk. A stream cut mid-way, or silent for ``timeout_s`` between two chunks, fails the
+call as a whole (a ``connection`` or ``timeout`` fault, retried as any other); nothing of it
+is kept.
+
 Every call asks for at most ``max_tokens`` (``llm.max_tokens``, 4096; per role
 ``llm.roles.<ROLE>.max_tokens``), never the model's own maximum. Its cost comes from the price
 in the settings (``llm.prices``, computed by ``gliding.core.prices``), else from litellm's cost
@@ -23,7 +31,7 @@ import importlib.util
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +39,9 @@ import anyio
 
 from gliding.core.messages import Completion, Message, ToolCall, Usage
 from gliding.core.prices import Price, call_cost, per_million
-from gliding.errors import LLMError
+from gliding.errors import LLMError, ProviderError
 from gliding.llm.faults import provider_error
-from gliding.llm.port import LLMRequest
+from gliding.llm.port import Delta, LLMRequest
 
 DEFAULT_MAX_TOKENS = 4096  # a reply's cap unless llm.max_tokens says otherwise
 
@@ -81,13 +89,15 @@ class HostedLLM:
                  max_tokens: int = DEFAULT_MAX_TOKENS,
                  role_max_tokens: Mapping[str, int] | None = None,
                  price: Price | None = None, api_base: str | None = None,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, stream: bool = True) -> None:
         """``max_tokens`` caps every reply (``role_max_tokens`` per role, by the request's
         ``meta["role"]``; a request's own ``max_tokens`` wins). ``price``: the model's price
         from the settings, which wins over litellm's cost map. ``api_base``/``api_key``: the
         server and key (``llm.api_base``, ``llm.api_key_env``), passed to litellm, where an
-        explicit one wins over its environment variables."""
+        explicit one wins over its environment variables. ``stream``: stream the calls whose
+        request has ``on_delta`` (``llm.stream``)."""
         self._model = model
+        self._stream = stream
         self._timeout = timeout_s
         self._api_base = api_base
         self._api_key = api_key
@@ -134,11 +144,17 @@ class HostedLLM:
                                                                               self._max_tokens)
         if request.temperature is not None:
             kwargs["temperature"] = request.temperature
+        on_delta = request.on_delta if self._stream else None
+        if on_delta is not None:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
         started = time.monotonic()
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:  # litellm maps providers to many exception classes
             raise provider_error(self._model, exc, time.time()) from exc
+        if on_delta is not None:
+            response = await self._gather(litellm, response, on_delta, kwargs["messages"])
         latency = time.monotonic() - started
         return Completion(
             message=_message(response),
@@ -146,6 +162,62 @@ class HostedLLM:
             latency_s=latency,
             model=self._model,
         )
+
+    async def _gather(self, litellm: Any, stream: Any, on_delta: Callable[[Delta], Awaitable[None]],
+                      messages: list[dict[str, Any]]) -> Any:
+        """The streamed reply assembled into a whole response, each piece told to
+        ``on_delta`` on the way.
+
+        Raises:
+            ProviderError: the stream broke off (``connection``), or no chunk came for
+                ``timeout_s`` (``timeout``).
+        """
+        chunks: list[Any] = []
+        tools: dict[int, str] = {}
+        pieces = aiter(stream)
+        try:
+            while True:
+                try:
+                    with anyio.fail_after(self._timeout):
+                        chunk = await anext(pieces)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError as exc:
+                    raise provider_error(self._model, TimeoutError(
+                        f"the stream timed out: no chunk for {self._timeout:g}s"),
+                        time.time()) from exc
+                except Exception as exc:  # as litellm.acompletion's own
+                    raise provider_error(self._model, exc, time.time()) from exc
+                chunks.append(chunk)
+                for delta in stream_deltas(chunk, tools):
+                    await on_delta(delta)
+        except ProviderError:
+            with contextlib.suppress(Exception):  # the connection, given up: freed now
+                await stream.aclose()
+            raise
+        return litellm.stream_chunk_builder(chunks, messages=messages)
+
+
+def stream_deltas(chunk: Any, tools: dict[int, str]) -> list[Delta]:
+    """The pieces of text and of tool-call arguments one streamed chunk carries; ``tools``
+    (tool call index → name) remembers the names, which only a call's first chunk has."""
+    out: list[Delta] = []
+    for choice in getattr(chunk, "choices", None) or ():
+        delta = getattr(choice, "delta", None)
+        if delta is None:
+            continue
+        text = getattr(delta, "content", None)
+        if text:
+            out.append(Delta(str(text)))
+        for call in getattr(delta, "tool_calls", None) or ():
+            function = getattr(call, "function", None)
+            index = int(getattr(call, "index", 0) or 0)
+            if getattr(function, "name", None):
+                tools[index] = str(function.name)
+            arguments = getattr(function, "arguments", None)
+            if arguments:
+                out.append(Delta(str(arguments), tools.get(index, "")))
+    return out
 
 
 ANTHROPIC_MAX_BREAKPOINTS = 4

@@ -33,6 +33,21 @@ class LLMRequest:
     # told of each retry and fallback (llm/resilient.py); the agent loop makes them job events
     notify: Callable[[ProviderNotice], Awaitable[None]] | None = field(
         default=None, compare=False, repr=False)
+    # told of each piece of the reply as it streams in (a hosted model with llm.stream on;
+    # other backends answer whole and tell nothing); the agent loop makes them job events.
+    # What a call told before it failed is void: the caller hears of the retry (``notify``)
+    # or gets the error, and the Completion holds what the call that answered said
+    on_delta: Callable[[Delta], Awaitable[None]] | None = field(
+        default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A piece of a reply as it streams in: text of its content (``tool`` None), or of the
+    JSON arguments of a tool call to ``tool``."""
+
+    text: str
+    tool: str | None = None
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,10 @@ T = TypeVar("T")
 class LoopClock:
     """Seconds of the running event loop; ``now`` is the wall clock shifted by the same."""
 
-    def __init__(self) -> None:
-        self._epoch = time.time()
+    def __init__(self, start: float | None = None) -> None:
+        """``start``: what ``now`` says at this moment (default: the wall clock's time); a
+        clock given one is made inside the event loop."""
+        self._epoch = time.time() if start is None else start - anyio.current_time()
 
     def monotonic(self) -> float:
         return anyio.current_time()

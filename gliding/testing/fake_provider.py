@@ -1,5 +1,5 @@
 """A fake hosted model provider: a real HTTP server on 127.0.0.1 that speaks OpenAI's
-``/v1/chat/completions`` and Anthropic's ``/v1/messages`` (non-streaming), answers from a
+``/v1/chat/completions`` and Anthropic's ``/v1/messages``, streamed or not, answers from a
 replies file, injects faults on a seeded schedule and records every request it received.
 
     with FakeProvider(Path("replies.yaml"), faults=FaultPlan(rate=0.3, seed=1)) as fp:
@@ -8,9 +8,10 @@ replies file, injects faults on a seeded schedule and records every request it r
         fp.requests[0].body                     # the exact JSON bytes litellm sent
         fp.counts                               # {"ok": 9, "429": 2, "drop": 1, ...}
 
-API (keep it stable: benchmarks and the prompt-cache simulator use it):
+API (keep it stable: benchmarks and the prompt-cache simulator use it; ``openai_stream``
+and ``sse_bytes`` stream a whole answer for other fakes):
 
-``FakeProvider(replies, *, faults=None, latency_s=0.0, record=None)``
+``FakeProvider(replies, *, faults=None, latency_s=0.0, record=None, chunk_chars=8)``
     ``replies``: a replies file (``Path``, the format of ``gliding/llm/replies.py``:
     per role, one tool call or ``text:`` per turn) or the same as a ``dict``
     (``{"DA": [{"bash": {"command": "ls"}}, {"finish": {"summary": "ok"}}]}``); a reply list
@@ -18,6 +19,8 @@ API (keep it stable: benchmarks and the prompt-cache simulator use it):
     (None: no faults). ``latency_s``: every answered request waits this long first (0: the
     replies' own ``latency_s``). ``record``: a JSONL file every request is appended to as
     well (one object a line: the fields of ``RecordedRequest``, ``body`` as text).
+    ``chunk_chars``: the characters of text or of tool-call arguments one streamed chunk
+    carries.
     A context manager: ``__enter__`` starts the server in a daemon thread on a free port,
     ``__exit__`` stops it (within a second, slow replies included). ``start()``/``stop()``
     do the same by hand.
@@ -51,6 +54,13 @@ Usage is counted as the scripted model does it: 4 characters of the body's text 
 A role with no reply left is answered 400 (``invalid_request_error``), which a client must
 not retry.
 
+A request with ``"stream": true`` is answered as Server-Sent Events over a chunked body, the
+way each API streams: OpenAI's ``chat.completion.chunk`` objects (the text, then each tool
+call's name and its arguments in pieces, then the finish reason; a last chunk with no choices
+and the usage when ``stream_options.include_usage`` is set; then ``data: [DONE]``), or
+Anthropic's ``message_start`` (input tokens) ... ``content_block_delta`` (``text_delta``,
+``input_json_delta``) ... ``message_delta`` (output tokens) ``message_stop``.
+
 Faults (``FaultPlan.mix`` keys, chosen by weight for a share ``rate`` of requests, from a
 ``random.Random(seed)`` so a run is repeatable given the same order of requests):
 
@@ -62,6 +72,8 @@ Faults (``FaultPlan.mix`` keys, chosen by weight for a share ``rate`` of request
               the client's timeout when ``slow_s`` exceeds it)
     400       invalid_request_error; 401  authentication_error (faults a client must not
               retry; not in the default mix)
+    cut       the answer starts (status 200, half its events, or half its JSON body) and
+              the connection is closed mid-way: a stream cut (not in the default mix)
 
 ``FaultPlan.down_models`` names models (the body's ``model``) answered 503 every time: a
 primary model that is down while a fallback is not. ``FaultPlan(..., start_after=n)`` lets n
@@ -89,7 +101,7 @@ from typing import Any
 from gliding.core.messages import Message
 from gliding.llm.replies import load_latency, load_replies, replies_from_data
 
-FAULT_KINDS = ("429", "429_ra", "500", "503", "529", "drop", "slow", "400", "401")
+FAULT_KINDS = ("429", "429_ra", "500", "503", "529", "drop", "slow", "400", "401", "cut")
 DEFAULT_MIX: Mapping[str, float] = {"429": 2, "429_ra": 2, "500": 1, "529": 1, "drop": 1,
                                     "slow": 1}
 _ROLE = re.compile(r"\bYou are (PA|DA|CA|AA)\b")
@@ -157,7 +169,8 @@ class FakeProvider:
     """The fake provider server (see the module for the whole API)."""
 
     def __init__(self, replies: Path | Mapping[str, Any], *, faults: FaultPlan | None = None,
-                 latency_s: float = 0.0, record: Path | None = None) -> None:
+                 latency_s: float = 0.0, record: Path | None = None,
+                 chunk_chars: int = 8) -> None:
         if isinstance(replies, Path):
             self._replies = load_replies(replies)
             own_latency = load_latency(replies)
@@ -173,6 +186,7 @@ class FakeProvider:
         self.faults = faults
         self.latency_s = latency_s or own_latency
         self.record = record
+        self.chunk_chars = max(1, chunk_chars)
         self.requests: list[RecordedRequest] = []
         self.counts: Counter[str] = Counter()
         self._used: Counter[str] = Counter()
@@ -246,8 +260,8 @@ class FakeProvider:
             kinds = [k for k, w in plan.mix.items() if w > 0]
             return self._rng.choices(kinds, weights=[plan.mix[k] for k in kinds])[0]
 
-    def _take(self, role: str | None) -> tuple[Message | None, str]:
-        """The next reply of ``role`` (used up), or None and why not."""
+    def _take(self, role: str | None, *, use: bool = True) -> tuple[Message | None, str]:
+        """The next reply of ``role`` (used up unless not ``use``), or None and why not."""
         key = role if role in self._replies else "*"
         with self._lock:
             replies = self._replies.get(key)
@@ -258,7 +272,7 @@ class FakeProvider:
             if n >= len(replies):
                 return None, (f"fake provider: no reply left for {key} turn {n + 1} "
                               f"(the replies have {len(replies)})")
-            self._used[key] += 1
+            self._used[key] += use
             return replies[n], ""
 
     def _note(self, entry: RecordedRequest) -> None:
@@ -319,20 +333,26 @@ class _Handler(BaseHTTPRequestHandler):
                    if k.lower() not in _SECRET_HEADERS}
         fp._note(RecordedRequest(self.path, headers, body, role, model, fault, time.time(),
                                  _key_digest(self.headers)))
-        if fault is not None:
+        if fault is not None and fault != "cut":
             self._fault(fault, anthropic)
             return
-        message, why = fp._take(role)
+        message, why = fp._take(role, use=fault is None)  # a cut answer uses up no reply
         if message is None:
             self._json(400, _error_body(anthropic, "invalid_request_error", why))
             return
         fp._wait(fp.latency_s)
         prompt = max(1, len(json.dumps(data.get("messages", ""))
                          + json.dumps(data.get("system", ""))) // 4)
-        if anthropic:
-            self._json(200, _anthropic_reply(message, model or "fake", prompt))
+        reply = (_anthropic_reply(message, model or "fake", prompt) if anthropic
+                 else _openai_reply(message, model or "fake", prompt))
+        if data.get("stream") is True:
+            options = data.get("stream_options")
+            usage = isinstance(options, dict) and options.get("include_usage") is True
+            self._sse(_anthropic_events(reply, fp.chunk_chars) if anthropic
+                      else openai_stream(reply, fp.chunk_chars, usage=usage),
+                      cut=fault == "cut")
         else:
-            self._json(200, _openai_reply(message, model or "fake", prompt))
+            self._json(200, reply, cut=fault == "cut")
 
     def _fault(self, fault: str, anthropic: bool) -> None:
         fp, plan = self.owner, self.owner.faults or FaultPlan()
@@ -365,7 +385,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(503, _error_body(anthropic, "api_error" if anthropic else "server_error",
                                         "fake provider: service unavailable"))
 
-    def _json(self, status: int, value: Any, extra: Mapping[str, str] | None = None) -> None:
+    def _json(self, status: int, value: Any, extra: Mapping[str, str] | None = None, *,
+              cut: bool = False) -> None:
+        """``value`` as the answer; ``cut``: only the first half of its bytes, then the
+        connection is closed."""
         payload = json.dumps(value).encode()
         try:
             self.send_response(status)
@@ -374,9 +397,34 @@ class _Handler(BaseHTTPRequestHandler):
             for name, text in (extra or {}).items():
                 self.send_header(name, text)
             self.end_headers()
-            self.wfile.write(payload)
+            self.wfile.write(payload[: len(payload) // 2] if cut else payload)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (its timeout): nothing to do
+        if cut:
+            self.close_connection = True
+
+    def _sse(self, stream: list[tuple[str | None, str]], *, cut: bool) -> None:
+        """``stream`` (event name or None, data) as Server-Sent Events in a chunked body, an
+        HTTP chunk per event; ``cut``: only the first half of the events, then the connection
+        is closed without the body's end."""
+        if cut:
+            stream = stream[: max(1, len(stream) // 2)]
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in stream:
+                raw = sse_bytes([event])
+                self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+                self.wfile.flush()
+            if not cut:
+                self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            cut = True  # the client gave up: nothing to do
+        if cut:
+            self.close_connection = True
 
 
 def _role_of(data: Mapping[str, Any], *, anthropic: bool) -> str | None:
@@ -447,3 +495,71 @@ def _anthropic_reply(message: Message, model: str, prompt: int) -> dict[str, Any
             "stop_sequence": None,
             "usage": {"input_tokens": prompt, "output_tokens": _completion_tokens(message),
                       "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def openai_stream(reply: dict[str, Any], size: int, *,
+                  usage: bool) -> list[tuple[str | None, str]]:
+    """A chat completion (``reply``, the JSON of a whole answer) as OpenAI streams it (see the
+    module), ``size`` characters of text or arguments a chunk; ``usage``: the usage chunk
+    (``stream_options.include_usage``). Events as ``sse_bytes`` takes them."""
+    head = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"],
+            "model": reply["model"]}
+    choice = reply["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, str]:
+        return None, json.dumps({**head, "choices": [
+            {"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    out += [chunk({"content": piece}) for piece in _pieces(message.get("content") or "", size)]
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        out.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                          "function": {"name": call["function"]["name"],
+                                                       "arguments": ""}}]}))
+        out += [chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+                for piece in _pieces(call["function"]["arguments"], size)]
+    out.append(chunk({}, choice["finish_reason"]))
+    if usage:
+        out.append((None, json.dumps({**head, "choices": [], "usage": reply["usage"]})))
+    return [*out, (None, "[DONE]")]
+
+
+def sse_bytes(stream: list[tuple[str | None, str]]) -> bytes:
+    """Server-Sent Events (event name or None, data) as the bytes of a response body."""
+    return "".join((f"event: {name}\n" if name else "") + f"data: {data}\n\n"
+                   for name, data in stream).encode()
+
+
+def _anthropic_events(reply: dict[str, Any], size: int) -> list[tuple[str | None, str]]:
+    """A message as Anthropic streams it (see the module), ``size`` characters of text or
+    of a tool's input JSON an event."""
+    def event(name: str, data: dict[str, Any]) -> tuple[str, str]:
+        return name, json.dumps({"type": name, **data})
+
+    usage = reply["usage"]
+    start = {**reply, "content": [], "stop_reason": None,
+             "usage": {**usage, "output_tokens": 1}}
+    out = [event("message_start", {"message": start})]
+    for i, block in enumerate(reply["content"]):
+        if block["type"] == "text":
+            out.append(event("content_block_start", {
+                "index": i, "content_block": {"type": "text", "text": ""}}))
+            out += [event("content_block_delta", {
+                "index": i, "delta": {"type": "text_delta", "text": piece}})
+                for piece in _pieces(block["text"], size)]
+        else:
+            out.append(event("content_block_start", {"index": i, "content_block": {
+                **block, "input": {}}}))
+            out += [event("content_block_delta", {
+                "index": i, "delta": {"type": "input_json_delta", "partial_json": piece}})
+                for piece in _pieces(json.dumps(block["input"]), size)]
+        out.append(event("content_block_stop", {"index": i}))
+    out.append(event("message_delta", {
+        "delta": {"stop_reason": reply["stop_reason"], "stop_sequence": None},
+        "usage": {"output_tokens": usage["output_tokens"]}}))
+    return [*out, event("message_stop", {})]

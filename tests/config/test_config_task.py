@@ -197,7 +197,7 @@ def test_every_problem_is_reported_at_once_in_line_order(tmp_path: Path) -> None
     assert lines == [
         f"{path}:1: colour: unknown field 'colour' "
         "(fields: goal, workspace, model, pipeline, budgets, checks, network, mcp_servers, "
-        "tool_groups, venv, mounts, git_writes, hooks)",
+        "tool_groups, venv, mounts, git_writes, hooks, approvals)",
         f"{path}:2: goal: must not be empty",
         f"{path}:4: budgets.turns.QA: unknown role 'QA' (roles: PA, DA, CA, AA)",
         f"{path}:5: budgets.cost_usd: Input should be greater than or equal to 0, got -1",

@@ -150,7 +150,9 @@ def test_the_openapi_document_has_every_path(tmp_path: Path) -> None:
         doc = (await client.get("/v1/openapi.json", headers=AUTH)).json()
         assert set(doc["paths"]) == {"/v1/health", "/v1/jobs", "/v1/jobs/{job}",
                                      "/v1/jobs/{job}/events", "/v1/jobs/{job}/cancel",
-                                     "/v1/jobs/{job}/resume", "/v1/jobs/{job}/steer", "/v1/iri"}
+                                     "/v1/jobs/{job}/resume", "/v1/jobs/{job}/steer", "/v1/iri",
+                                     "/v1/jobs/{job}/approvals",
+                                     "/v1/jobs/{job}/approvals/{approval}"}
         submit = doc["paths"]["/v1/jobs"]["post"]
         assert submit["responses"]["201"]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/Submitted"}

@@ -57,14 +57,14 @@ def test_a_steer_reaches_the_next_model_call_appended_and_is_an_event(tmp_path: 
     assert all(SAY not in json.dumps(turns[t]) for t in turns if t < took)
 
 
-def test_only_a_running_job_is_steered_and_a_message_has_bounds(tmp_path: Path) -> None:
+def test_only_a_running_or_paused_job_is_steered_and_a_message_has_bounds(tmp_path: Path) -> None:
     model = write_replies(tmp_path, "r.yaml", replies(steps=1))
 
     async def main() -> None:
         async with serving(tmp_path) as service:
             job = (await service.submit(TASK.format(workspace="ws"), model=model)).job
             await wait_for(service, job, "finished")
-            with pytest.raises(JobStateError, match="only a running job"):
+            with pytest.raises(JobStateError, match="only a running or paused job"):
                 await service.steer(job, SAY)
 
     anyio.run(main)

@@ -1,7 +1,8 @@
 """A fake OpenAI chat-completions server on 127.0.0.1 for tests of hosted models: litellm's
 ``openai/<model>`` reaches it through ``OPENAI_BASE_URL``; it records every request body and
 answers with tool calls and a fixed usage (1200 prompt tokens, 1000 of them cached, 40
-completion tokens). Nothing leaves the machine.
+completion tokens), streamed when the request asks (``stream: true``, with the usage in a
+last chunk). Nothing leaves the machine.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+from gliding.testing.fake_provider import openai_stream, sse_bytes
 
 MODEL = "openai/gliding-test-model"  # a model litellm's cost map has no price for
 PRICES = {MODEL: {"input": 3.0, "output": 15.0, "cache_read": 0.3}}
@@ -74,10 +77,15 @@ def serve_fake_openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
             fake.requests.append(body)
             if fake.delay_s:
                 fake.release.wait(fake.delay_s)  # set at teardown: no handler outlives the test
-            data = json.dumps(fake.answer(body)).encode()
+            answer = fake.answer(body)
+            data, kind = json.dumps(answer).encode(), "application/json"
+            if body.get("stream") is True:  # llm.stream: the same answer as events
+                data, kind = sse_bytes(openai_stream(answer, 16, usage=bool(
+                    (body.get("stream_options") or {}).get("include_usage")))), \
+                    "text/event-stream"
             try:
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -232,6 +232,13 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "hooks.allow_task": [
         "test_settings_hooks.test_allow_task_true_runs_a_task_files_hooks",
         "test_settings_hooks.test_allow_task_default_false_logs_a_task_files_hooks_and_runs_none"],
+    "approvals.ask": [
+        "test_settings_approvals.test_ask_default_nothing_runs_every_call_unasked",
+        "test_settings_approvals.test_ask_everything_waits_for_each_call_and_an_approved_one_runs"],
+    "approvals.allow": [
+        "test_settings_approvals.test_allow_rules_let_their_calls_run_unasked"],
+    "approvals.timeout_s": [
+        "test_settings_approvals.test_timeout_s_denies_an_unanswered_call_and_the_agent_is_told"],
     "traces.endpoint": [
         "test_settings_traces.test_endpoint_gets_the_jobs_span_tree_with_token_attributes",
         "test_settings_traces.test_endpoint_default_sends_nothing",
