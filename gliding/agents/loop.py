@@ -218,6 +218,9 @@ class AgentEnv:
     hooks: Hooks | None = None  # commands before and after each tool call (agents/hooks.py)
     steering: Steering | None = None  # a person's messages to the job (agents/steer.py)
     approvals: Approvals | None = None  # calls that wait for a person's yes (approvals.py)
+    # after a tool call ran: (its step, the workspace's mark) -> a snapshot for forks, when the
+    # mark moved (daemon/fork.py; the job's own process only)
+    snapshots: Callable[[str, str], Awaitable[None]] | None = None
     tracer: Tracer = NO_TRACES  # the job's spans (agents/tracing.py)
     # the same call this many times in a row stops the session (loop_detected); 0: no limit
     # (the worker passes scheduler.loop_limit)
@@ -632,6 +635,8 @@ async def _act(env: AgentEnv, call: ToolCall, res_iri: str, n: int, toolset: Too
                                 "role": env.session or env.role.name, "turn": n,
                                 "data": outcome.data,
                                 "workspace": marked})
+    if ran and env.snapshots is not None:
+        await env.snapshots(f"{session}-{n}", marked)
     if ran and env.hooks is not None:
         await env.hooks.after_tool(role=env.role.name, session=session, turn=n,
                                    tool=call.name, arguments=call.arguments, ok=outcome.ok,

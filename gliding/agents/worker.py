@@ -107,6 +107,8 @@ class JobAgents:
     worker: str | None = None  # the `gliding worker` these agents run on; None: the job's own
     hooks: Hooks | None = None  # the job's hooks on this host (agents/hooks.py)
     approvals: Approvals | None = None  # calls that wait for a person's yes (approvals.py)
+    # a tool call's step and the workspace's mark after it -> a snapshot (daemon/fork.py)
+    snapshots: Callable[[str, str], Awaitable[None]] | None = None
     tracer: Tracer = NO_TRACES  # the job's spans on this host (agents/tracing.py)
 
 
@@ -209,7 +211,7 @@ class AgentWorker:
             data_dir=kit.settings.data_dir, session=session_of(a) if a.step else "",
             board_update=update, loop_limit=kit.settings.scheduler.loop_limit,
             hooks=kit.hooks, steering=self.steering, tracer=kit.tracer,
-            approvals=kit.approvals)
+            approvals=kit.approvals, snapshots=kit.snapshots)
         step, session = (a.step, env.session) if a.step else (None, None)
         await self._event(events.RoleStarted(role=spec.name, cycle=a.cycle, attempt=a.attempt,
                                              step=step, session=session, worker=kit.worker))

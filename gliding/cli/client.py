@@ -124,6 +124,10 @@ class DaemonClient:
     def cancel(self, job: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/v1/jobs/{_segment(job)}/cancel"))
 
+    def fork(self, job: str, at: str, workspace: str | None) -> dict[str, Any]:
+        return dict(self._call("POST", f"/v1/jobs/{_segment(job)}/fork",
+                               json={"at": at, "workspace": workspace}))
+
     def interrupt(self, job: str) -> dict[str, Any]:
         return dict(self._call("POST", f"/v1/jobs/{_segment(job)}/interrupt"))
 
@@ -245,8 +249,9 @@ def _sse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
 def follow(data_dir: Path, job: str, *, after: int = 0, url: str | None = None,
            patience_s: float = 120.0, poll_s: float = 0.5) -> Iterator[dict[str, Any]]:
     """Every event of ``job`` above ``after`` until a terminal one (``job.paused`` is not: a
-    paused job is followed on until it ends), across dropped streams and daemon restarts (the daemon is found again from ``data_dir``; its port may have changed);
-    gives up when no daemon has answered for ``patience_s``. When a job's stream ends without
+    paused job is followed on until it ends), across dropped streams and daemon restarts
+    (the daemon is found again from ``data_dir``; its port may have changed); gives up when
+    no daemon has answered for ``patience_s``. When a job's stream ends without
     a terminal event and the job has ended (its run was cut as it ended), the last record is
     ``{"event": "job.ended", "data": <its status>}``.
 

@@ -87,12 +87,20 @@ def say(text: str, **data: Any) -> None:
 def progress(quiet: bool) -> Any:
     """The job's event callback: its progress line on stderr (a JSON event with the event's
     data under ``log_format: json``); nothing when ``quiet``."""
-    from gliding.daemon.render import progress_line
+    from gliding.daemon.render import StreamLines, progress_line
+
+    streams = StreamLines()  # model.delta events as the model's own lines
 
     def show(event: Any) -> None:
-        line = None if quiet else progress_line(event)
-        if line:
-            say(line, event="job.progress", kind=event.event, job=event.job, data=event.data)
+        if quiet:
+            return
+        lines = streams.take(event)
+        if lines is None:
+            lines = [*streams.flush(), progress_line(event)]
+        for line in lines:
+            if line:
+                say(line, event="job.progress", kind=event.event, job=event.job,
+                    data=event.data)
 
     return show
 

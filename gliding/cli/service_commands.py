@@ -216,13 +216,15 @@ def submit(
 def _wait_for(data_dir: Path, job: str, quiet: bool) -> None:
     """Follow ``job``'s events (across daemon restarts) until it ends; exit 0 on success."""
     from gliding.cli.client import follow
-    from gliding.daemon.render import event_line
+    from gliding.daemon.render import StreamLines, event_lines
 
     end: dict[str, Any] = {}
+    streams = StreamLines()
     for record in follow(data_dir, job):
         if not quiet and record["event"] != "job.ended":
-            say(event_line(record), event="job.progress", kind=record["event"], job=job,
-                 data=record.get("data"))
+            for line in event_lines(record, streams):
+                say(line, event="job.progress", kind=record["event"], job=job,
+                    data=record.get("data"))
         end = record
     data = end.get("data") or {}
     outcome = {"job.finished": data.get("outcome"), "job.cancelled": "cancelled",
@@ -257,16 +259,23 @@ def logs(
 ) -> None:
     """The events of a job of the running daemon, one a line (-f: follow them)."""
     from gliding.cli.client import follow
-    from gliding.daemon.render import event_line, json_text
+    from gliding.daemon.render import StreamLines, event_lines, json_text
 
     settings, client = _client(data_dir)
+    streams = StreamLines()  # model.delta events as the model's own lines
     with client:
         records = (follow(settings.data_dir, job) if follow_ else
                    client.events(job, follow=False))
         for record in records:
             if record["event"] == "job.ended":
                 continue
-            typer.echo(json_text(record, indent=None) if json_out else event_line(record))
+            if json_out:
+                typer.echo(json_text(record, indent=None))
+            else:
+                for line in event_lines(record, streams):
+                    typer.echo(line)
+        for line in streams.flush():
+            typer.echo(line)
 
 
 @app.command()
@@ -283,6 +292,29 @@ def steer(
     from gliding.core.logs import terminal_safe
 
     typer.echo(terminal_safe(f"{found['job']} steered: {found['steer']}"))
+
+
+@app.command()
+def fork(
+    job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
+    at: str = typer.Option(..., "--at", help="The step: a turn such as DA/3 (gliding logs "
+                                             "JOB shows [DA turn 3])."),
+    workspace: Path | None = typer.Option(None, "--workspace", help=(
+        "Where to restore the workspace (absent or empty; default: the job's workspace with "
+        "-fork-<id>).")),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
+) -> None:
+    """Start a new job of the daemon from a step of an old one: its workspace restored as
+    that step left it, the steps up to it replayed from the archive (no tool runs again, no
+    model call is paid again), and the new job runs on from there."""
+    _settings_, client = _client(data_dir)
+    with client:
+        found = client.fork(job, at, str(workspace.resolve()) if workspace else None)
+    from gliding.core.logs import terminal_safe
+
+    typer.echo(terminal_safe(
+        f"{found['job']} {found['state']}: forked from {job} at {found['step']} "
+        f"({found['entries']} archived entries replayed, workspace {found['workspace']})"))
 
 
 @app.command()

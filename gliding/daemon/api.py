@@ -9,6 +9,8 @@
                                      ``Last-Event-ID``), then live ones until the job's end;
                                      ``follow=false``: the past only
     POST /v1/jobs/{job}/cancel       queued: never starts; running: stops at its next await
+    POST /v1/jobs/{job}/fork         {"at": "DA/3", "workspace"?} → 201: a new job from that
+                                     step, its workspace restored (daemon/fork.py)
     POST /v1/jobs/{job}/interrupt    running: its current model or tool call stops, the job
                                      is paused (a steer or resume runs it on)
     POST /v1/jobs/{job}/resume       queue an interrupted, paused or cancelled job again
@@ -219,6 +221,25 @@ class ScheduleOut(_Wire):
 
 class ScheduleList(_Wire):
     schedules: list[ScheduleOut]
+
+
+class ForkIn(_Wire):
+    at: str = Field(min_length=1, max_length=300, description=(
+        "The step to fork from: a turn, DA/3 (session/turn), or its IRI"))
+    workspace: str | None = Field(None, max_length=4096, description=(
+        "Where the fork's workspace is restored (absolute; absent or empty). Default: the "
+        "old job's workspace with -fork-<6 characters of the new job's id>"))
+
+
+class Forked(_Wire):
+    job: str
+    state: str
+    forked_from: str
+    step: str = Field(description="The step it was forked at (session/turn)")
+    entries: int = Field(description="L0 entries copied (replayed, not run again)")
+    calls: int = Field(description="Model calls of the ledger copied (already paid)")
+    workspace: str
+    snapshot: str = Field(description="The IRI of the workspace snapshot restored")
 
 
 class Submitted(_Wire):
@@ -432,6 +453,13 @@ def build_app(service: JobService, token: str) -> FastAPI:
               )
     async def cancel(job: str) -> dict[str, Any]:
         return job_record(await service.cancel(job))
+
+    @v1.post("/jobs/{job}/fork", response_model=Forked, status_code=201,
+             summary="Start a new job from a journaled step of this one")
+    async def fork_job(job: str, body: ForkIn) -> dict[str, Any]:
+        entry, held = await service.fork(job, body.at, body.workspace)
+        return {"job": entry.job, "state": entry.state, "forked_from": job,
+                "workspace": entry.workspace, **held}
 
     @v1.post("/jobs/{job}/interrupt", response_model=JobOut,
              summary="Stop a running job's current model or tool call and pause it")

@@ -50,7 +50,7 @@ from gliding.core.events import (
     WorkspaceChanged,
 )
 from gliding.core.ids import new_job_id
-from gliding.daemon import artifacts, parts
+from gliding.daemon import artifacts, fork, parts
 from gliding.daemon.board import JobBoard, job_board
 from gliding.daemon.jobs import FINISHED, JobLock, WorkspaceLock, record_stop, stop_error
 from gliding.daemon.models import build_llm, check_cost_budget
@@ -355,6 +355,9 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
         if auth is not None:  # until a dispatcher grants work, no worker speaks for the job
             auth.policy = _no_workers
         port = LocalArchive(archive, settings.data_dir)
+        snapshots = fork.Snapshots(port, job, task.workspace, settings.data_dir,
+                                   archive.path.parent)
+        await snapshots.start()
         budget, checks, mcp, roles, tools = await parts.agent_parts(job, task, settings, j.roles,
                                                               port, rt, j.clock, j.sandbox)
         ingest = None
@@ -380,6 +383,7 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                         began_dir=_began_dir(archive), sandbox=j.sandbox, board=jb,
                         hooks=parts.job_hooks(job, task, settings, j.sandbox, bus),
                         approvals=parts.job_approvals(job, task, settings, port, j.clock, bus),
+                        snapshots=snapshots.after,
                         tracer=Tracer(settings.traces.endpoint))
         worker = AgentWorker(kit, state.roles, concurrency=settings.scheduler.max_parallel)
 

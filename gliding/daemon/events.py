@@ -5,10 +5,12 @@ itself) is numbered (``seq``), time-stamped and stamped with ``schema_version``,
 ``<data_dir>/daemon/events/<job>.jsonl`` on a worker thread and only then handed to the job's
 subscribers; so whatever a subscriber saw is in the file, and a client that reconnects with
 ``after=<seq>`` misses nothing and sees nothing twice (even across a daemon restart). A file
-holds MAX_LOG_BYTES at most (past that only the final events are kept; one event's data is
-clipped at MAX_EVENT_BYTES). A subscriber's buffer holds SUBSCRIBER_BUFFER events: one that
-falls further behind is disconnected (its stream ends with a DROPPED marker) rather than stall
-the job or the other subscribers; it reconnects with ``after``.
+holds MAX_LOG_BYTES at most (past that only the final events are kept; past half of it no
+more streamed model output, ``model.delta``, so a model's text cannot crowd out the job's
+progress; one event's data is clipped at MAX_EVENT_BYTES). A subscriber's buffer holds
+SUBSCRIBER_BUFFER events: one that falls further behind is disconnected (its stream ends with a
+DROPPED marker) rather than stall the job or the other subscribers; it reconnects with
+``after``.
 
 Recording happens on the event loop without I/O (``record``); one writer task (``write``)
 does the file I/O in batches. The job service (``gliding.daemon.service``) owns one EventLog.
@@ -106,7 +108,8 @@ class EventLog:
             record["data"] = {"clipped": True, "bytes": len(line.encode())}
             line = json.dumps(record, ensure_ascii=False, default=str)
         size = len(line.encode()) + 1
-        if log_.size + size > MAX_LOG_BYTES and event not in TERMINAL:
+        if (log_.size + size > MAX_LOG_BYTES and event not in TERMINAL) or (
+                event == events.ModelDelta.name and log_.size + size > MAX_LOG_BYTES // 2):
             log_.dropped += 1
             return
         log_.next_seq += 1

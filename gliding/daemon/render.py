@@ -124,7 +124,81 @@ def _progress_line(event: JobEvent) -> str | None:
     if event.event == events.LLMFallback.name:
         return (f"[{d['session']}] model {d['model']}: {d['fault']}, retries spent → "
                 f"falling back to {d['next_model']}")
+    if event.event == events.ModelDelta.name:
+        return _streamed(str(d["session"]), int(d["turn"]), d.get("tool"), str(d["text"]))
+    if event.event == events.ModelDiscarded.name:
+        return (f"[{d['session']} turn {d['turn']}] ✗ the {int(d['chars'])} characters "
+                f"streamed above are void ({d['reason']}); the reply comes again")
     return None
+
+
+def _streamed(session: str, turn: int, tool: Any, text: str) -> str:
+    """A line of a turn's streamed reply: ``[DA turn 3] ▸ text``, or ``▸ write_file`` and
+    the text of that tool call's JSON arguments."""
+    return f"[{session} turn {turn}] ▸ {f'{tool} ' if tool else ''}{text}"
+
+
+STREAM_WIDTH = 160  # a streamed line without a line break is shown in pieces this long
+_STREAMS_HELD = 64  # turns whose unfinished line is held at once, at most
+
+
+class StreamLines:
+    """A job's streamed replies (``model.delta``) as the model's own lines, not a line per
+    event: each turn's text is held until a line break (or STREAM_WIDTH characters), then
+    shown a line at a time; what is held is shown when any other event comes (``flush``),
+    so the lines of a turn come before its ``turn`` line, and before a ``model.discarded``
+    line that declares them void.
+
+        streams = StreamLines()
+        lines = streams.take(event)       # a model.delta or model.discarded: its lines
+        if lines is None:                 # any other event: what is held, then its own line
+            lines = [*streams.flush(), progress_line(event)]
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, int, str | None], str] = {}
+
+    def take(self, event: JobEvent) -> list[str] | None:
+        """The lines ``event`` completes, when it is a ``model.delta`` (held text ends its
+        line) or a ``model.discarded`` (the turn's held text dropped, its own line); None for
+        any other event."""
+        d = event.data if isinstance(event.data, dict) else {}
+        if event.event == events.ModelDiscarded.name:  # what was streamed, then that it is void
+            turn = (str(d.get("session")), d.get("turn"))
+            out = [line for key in list(self._held) if key[:2] == turn
+                   for line in self._release(key)]
+            line = progress_line(event)
+            return [*out, line] if line else out
+        if event.event != events.ModelDelta.name:
+            return None
+        parsed = events.parse(event.event, d)
+        if not isinstance(parsed, events.ModelDelta) or not isinstance(parsed.text, str):
+            return []
+        key = (str(parsed.session), parsed.turn, parsed.tool)
+        out = [line for other in list(self._held)  # the turn went on to other text
+               if other[:2] == key[:2] and other != key for line in self._release(other)]
+        *whole, rest = (self._held.pop(key, "") + parsed.text).split("\n")
+        while len(rest) >= STREAM_WIDTH:
+            whole.append(rest[:STREAM_WIDTH])
+            rest = rest[STREAM_WIDTH:]
+        out += [self._line(key, text) for text in whole]
+        if rest:
+            if len(self._held) >= _STREAMS_HELD:
+                out += self._release(next(iter(self._held)))
+            self._held[key] = rest
+        return out
+
+    def flush(self) -> list[str]:
+        """Every held line, shown now."""
+        return [line for key in list(self._held) for line in self._release(key)]
+
+    def _release(self, key: tuple[str, int, str | None]) -> list[str]:
+        text = self._held.pop(key, "")
+        return [self._line(key, text)] if text else []
+
+    @staticmethod
+    def _line(key: tuple[str, int, str | None], text: str) -> str:
+        return clip(terminal_safe(_streamed(*key, text)), LINE_CHARS)
 
 
 def _who(d: dict[str, Any]) -> str:
@@ -305,11 +379,6 @@ def json_text(data: Any, *, indent: int | None = 2,
 def event_line(record: dict[str, Any]) -> str:
     """One event of a daemon job's stream (``seq``, ``at``, ``event``, ``data``) as a line:
     its time, then the progress line ``gliding run`` shows for it, or what the daemon did."""
-    import time
-
-    at = record.get("at")
-    stamp = time.strftime("%H:%M:%S", time.localtime(at)) if isinstance(at, int | float) \
-        else "--:--:--"
     name, data = str(record.get("event", "?")), record.get("data") or {}
     text: str | None = None
     try:  # a record of another shape (data not a mapping) is not a JobEvent: shown as is
@@ -318,7 +387,26 @@ def event_line(record: dict[str, Any]) -> str:
         text = None
     if text is None:
         text = _daemon_event(name, data if isinstance(data, dict) else {"data": data})
-    return terminal_safe(f"{stamp} {text}")
+    return terminal_safe(f"{_stamp(record)} {text}")
+
+
+def _stamp(record: dict[str, Any]) -> str:
+    import time
+
+    at = record.get("at")
+    return time.strftime("%H:%M:%S", time.localtime(at)) if isinstance(at, int | float) \
+        else "--:--:--"
+
+
+def event_lines(record: dict[str, Any], streams: StreamLines) -> list[str]:
+    """``event_line`` with the streamed replies shown as lines of their own (``StreamLines``):
+    what ``gliding logs`` and ``gliding submit --wait`` print for each record."""
+    name, data = str(record.get("event", "?")), record.get("data")
+    if name in (events.ModelDelta.name, events.ModelDiscarded.name) and isinstance(data, dict):
+        taken = streams.take(JobEvent(job=str(record.get("job", "")), event=name, data=data))
+        if taken is not None:
+            return [f"{_stamp(record)} {line}" for line in taken]
+    return [*(f"{_stamp(record)} {line}" for line in streams.flush()), event_line(record)]
 
 
 def _daemon_event(name: str, d: dict[str, Any]) -> str:

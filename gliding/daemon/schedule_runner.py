@@ -40,7 +40,7 @@ log = structlog.get_logger("gliding.daemon")
 
 RECHECK_S = 60.0  # the loop reads the clock at least this often
 RETRY_S = 1.0  # after the store could not be read or written
-ACTIVE = (QUEUED, RUNNING, CANCELLING)  # a job in these states overlaps the next run
+ACTIVE = (QUEUED, RUNNING, CANCELLING)  # overlaps the next run (paused: waits for a person)
 
 
 class Checked(Protocol):

@@ -36,7 +36,9 @@ threads.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -53,15 +55,17 @@ from gliding.agents import approvals
 from gliding.agents.steer import post_steer
 from gliding.bus.messages import JobEvent
 from gliding.config.settings import Settings
-from gliding.config.task import Task, load_task_text
+from gliding.config.task import Task, load_task_text, task_from_record
 from gliding.core import events
 from gliding.core.ids import new_job_id
 from gliding.core.iri import job_iri, parse_iri
 from gliding.core.text import clip, error_line
+from gliding.daemon import fork
 from gliding.daemon import queue as q
 from gliding.daemon.compose import (
     JobHandle,
     refuse_task,
+    refuse_workspace,
     resume_job,
     run_job,
 )
@@ -280,6 +284,56 @@ class JobService:
             name_=name, goal=clip(task.goal, 300), model=model))
         self._wake_dispatch.set()
         return entry
+
+    async def fork(self, job: str, at: str, workspace: str | None = None
+                   ) -> tuple[QueuedJob, dict[str, Any]]:
+        """Queue a new job made from ``job`` up to its step ``at`` (``daemon/fork.py``), its
+        workspace restored into ``workspace`` (absolute; default ``<job's workspace>-fork-
+        <the new job's last 6 characters>``): it replays the steps up to ``at`` and runs on
+        from there. Returns the new job and what the fork holds.
+
+        Raises:
+            UsageError: no such step, no snapshot of its workspace, a workspace that is not a
+                new or empty directory (or one no job may have here); nothing is written then.
+            NotFoundError, IRIError, ServiceStopping, ArchiveError.
+        """
+        if self.stopping:
+            raise ServiceStopping("the daemon is stopping: it takes no new jobs",
+                                  hint="fork once it runs again")
+        old = await self.get(job)
+        fork.step_name(at)  # a bad step is refused before anything is looked at
+        new_id = new_job_id(self._now())
+        while archive_path(self.data_dir, new_id).exists():  # drawn twice in one second
+            await anyio.sleep(0.01)
+            new_id = new_job_id(self._now())
+        if workspace is not None and ("\x00" in workspace or not Path(workspace).is_absolute()):
+            raise UsageError(f"the fork's workspace must be an absolute path, got {workspace!r}")
+        dest = Path(workspace) if workspace else Path(f"{old.workspace}-fork-{new_id[-6:]}")
+
+        def write() -> dict[str, Any]:
+            existed = dest.exists()
+            try:
+                with Archive.open(self.data_dir, job, create=False) as before:
+                    task = task_from_record(before.get_meta("task_record") or {})
+                    refuse_workspace(dataclasses.replace(task, workspace=dest), self.settings)
+                    with Archive.open(self.data_dir, new_id, create=True) as after:
+                        return fork.fork_archive(before, after, at, dest, self.data_dir)
+            except BaseException:
+                shutil.rmtree(archive_path(self.data_dir, new_id).parent, ignore_errors=True)
+                if not existed:
+                    shutil.rmtree(dest, ignore_errors=True)
+                raise
+
+        async with self._steering:  # one fork written at a time
+            held = await anyio.to_thread.run_sync(write)
+        entry: QueuedJob = await self._q(
+            self.queue.add, new_id, name=old.name, task=old.task, base_dir=old.base_dir,
+            workspace=str(dest), goal=old.goal, model=old.model, now=self._now())
+        await self.events_log.emit(new_id, events.JobQueued(
+            name_=old.name, goal=clip(old.goal, 300), model=old.model, resume=True))
+        log.info("daemon.job.forked", job=new_id, forked_from=job, step=held["step"])
+        self._wake_dispatch.set()
+        return entry, held
 
     # -- reading ------------------------------------------------------------------------------
 

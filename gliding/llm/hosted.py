@@ -60,7 +60,15 @@ def prepare_offline_environment() -> None:
 
 
 _LOADED: list[Any] = []  # litellm, once _litellm has imported and set it up
-LITELLM_LAZY_IMPORTS = ("fastapi", "fastapi.routing")
+LITELLM_LAZY_IMPORTS = (
+    "fastapi", "fastapi.routing",
+    # what a streamed call's first chunks and its cost import (the tokenizer's encoding
+    # file among them: a third of a second)
+    "litellm.litellm_core_utils.default_encoding",
+    "litellm.types.litellm_core_utils.streaming_chunk_builder_utils",
+    "litellm.proxy.spend_tracking.savings",
+    "litellm.llms.bedrock.chat.invoke_transformations.amazon_ai21_transformation",
+)
 
 
 def _litellm() -> Any:
@@ -73,8 +81,9 @@ def _litellm() -> Any:
         raise LLMError("litellm is not installed", hint="run scripts/setup.sh") from exc
     litellm.telemetry = False
     litellm.suppress_debug_info = True
-    # what litellm imports on its first call or its first error (fastapi, for the exception
-    # types it maps provider errors to): here, on the thread, not on the event loop later
+    # what litellm imports on its first call, its first streamed call or its first error
+    # (fastapi, for the exception types it maps provider errors to): here, on the thread,
+    # not on the event loop later
     for lazy in LITELLM_LAZY_IMPORTS:
         with contextlib.suppress(ImportError):
             importlib.import_module(lazy)
@@ -191,10 +200,9 @@ class HostedLLM:
                 chunks.append(chunk)
                 for delta in stream_deltas(chunk, tools):
                     await on_delta(delta)
-        except ProviderError:
-            with contextlib.suppress(Exception):  # the connection, given up: freed now
+        finally:
+            with contextlib.suppress(Exception):  # the connection freed now, not when collected
                 await stream.aclose()
-            raise
         return litellm.stream_chunk_builder(chunks, messages=messages)
 
 

@@ -151,8 +151,10 @@ def test_the_openapi_document_has_every_path(tmp_path: Path) -> None:
         assert set(doc["paths"]) == {"/v1/health", "/v1/jobs", "/v1/jobs/{job}",
                                      "/v1/jobs/{job}/events", "/v1/jobs/{job}/cancel",
                                      "/v1/jobs/{job}/resume", "/v1/jobs/{job}/steer", "/v1/iri",
-                                     "/v1/jobs/{job}/approvals",
-                                     "/v1/jobs/{job}/approvals/{approval}"}
+                                     "/v1/jobs/{job}/approvals", "/v1/jobs/{job}/fork",
+                                     "/v1/jobs/{job}/interrupt",
+                                     "/v1/jobs/{job}/approvals/{approval}",
+                                     "/v1/schedules", "/v1/schedules/{name}"}
         submit = doc["paths"]["/v1/jobs"]["post"]
         assert submit["responses"]["201"]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/Submitted"}

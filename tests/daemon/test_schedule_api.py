@@ -77,8 +77,8 @@ def test_schedules_over_the_api_submit_real_jobs_and_survive_a_restart(tmp_path:
                 (body | {"missed": "twice"}, 422, "usage", "missed"),
                 (body | {"overlap": "kill"}, 422, "usage", "overlap"),
             ]
-            for bad, status, code, says in refused:
-                error = error_of(await client.post("/v1/schedules", json=bad), status)
+            for bad, http_status, code, says in refused:
+                error = error_of(await client.post("/v1/schedules", json=bad), http_status)
                 assert error["code"] == code and says in error["message"], error
             assert (await client.get("/v1/schedules")).json() == {"schedules": []}
 
