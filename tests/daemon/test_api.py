@@ -140,7 +140,7 @@ def test_a_steer_needs_a_message_a_known_job_and_a_running_one(tmp_path: Path) -
                 "queued", "running"):
             await anyio.sleep(0.05)
         done = await client.post(f"/v1/jobs/{job}/steer", json={"message": "go"}, headers=AUTH)
-        assert "only a running job" in error_of(done, 409)["message"]
+        assert "only a running or paused job" in error_of(done, 409)["message"]
 
     run(tmp_path, test)
 
