@@ -5,7 +5,7 @@ writes L0 into the job's archive file (same host), the other only through the br
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,17 @@ def settings_for(tmp: Path, url: str, data: str, **more: Any) -> Settings:
         **more})
 
 
-async def run_with_workers(tmp: Path, url: str, remote: tuple[bool, ...], **job: Any
+async def run_with_workers(tmp: Path, url: str, remote: tuple[bool, ...], *,
+                           on_event: Callable[[JobEvent], None] | None = None, **job: Any
                            ) -> tuple[Any, list[WorkerService], list[JobEvent]]:
     job_settings = settings_for(tmp, url, "data", **job)
     events: list[JobEvent] = []
+
+    def seen(event: JobEvent) -> None:
+        events.append(event)
+        if on_event is not None:
+            on_event(event)
+
     services: list[WorkerService] = []
     async with anyio.create_task_group() as tg:
         for n, is_remote in enumerate(remote):
@@ -87,7 +94,7 @@ async def run_with_workers(tmp: Path, url: str, remote: tuple[bool, ...], **job:
         with anyio.fail_after(60):
             handle = await run_job(load_task(tmp / "task.yaml"), job_settings,
                                    model=f"scripted:{tmp / 'replies.yaml'}",
-                                   on_event=events.append)
+                                   on_event=seen)
         tg.cancel_scope.cancel()
     return handle, services, events
 

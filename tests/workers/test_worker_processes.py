@@ -83,6 +83,18 @@ def stop(proc: subprocess.Popen[str]) -> None:
             proc.wait()
 
 
+def sleeping() -> bool:
+    """Whether a command of the interrupt test (``sleep 60 && echo late``) still runs."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"echo late >> log.txt" in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def archived_results(tmp: Path) -> int:
     dbs = list((tmp / "data" / "jobs").glob("*/archive.sqlite3"))
     if not dbs:
@@ -179,3 +191,65 @@ def test_the_daemon_hands_its_jobs_agents_to_a_worker(tmp_path: Path,
     assert submitted.returncode == 0, submitted.stderr[-3000:] + worker_log.read_text()[-3000:]
     lines = (tmp_path / "ws" / "log.txt").read_text().split()
     assert lines == [f"step-{k}" for k in range(1, STEPS + 1)]
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(240)
+def test_an_interrupt_stops_a_worker_s_call_and_a_steer_runs_the_job_on(
+        tmp_path: Path, services: tuple[Mosquitto, str]) -> None:
+    broker, endpoint = services
+    env = env_for(broker, endpoint)
+    (tmp_path / "task.yaml").write_text(TASK.replace(f"-eq {STEPS}", "-ge 1"))
+    (tmp_path / "replies.yaml").write_text(
+        "PA:\n  - finish: {steps: [append]}\nDA:\n"
+        '  - bash: {command: "echo step-1 >> log.txt && sleep 60 && echo late >> log.txt"}\n'
+        '  - bash: {command: "echo step-2 >> log.txt"}\n  - finish: {summary: done}\n'
+        "CA:\n  - run_checks: {}\n  - finish: {notes: ok}\n"
+        "AA:\n  - finish: {decision: done, report: ok}\n")
+    worker, worker_log = start_worker(tmp_path, env, "w1")
+    daemon = subprocess.Popen([str(GLIDING), "daemon", "--data-dir", "data", "--port", "0"],
+                              cwd=tmp_path, env=env, text=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+
+    def gliding(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(GLIDING), *args, "--data-dir", "data"], cwd=tmp_path,
+                              env=env, text=True, capture_output=True, timeout=60)
+
+    def state(job: str) -> str:
+        return gliding("status", job).stdout.split("state:")[1].split()[0]
+
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "data" / "daemon.json").exists():
+            assert daemon.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        sent = gliding("submit", "task.yaml", "--model", f"scripted:{tmp_path / 'replies.yaml'}")
+        job = sent.stdout.split()[0]
+        log = tmp_path / "ws" / "log.txt"
+        deadline = time.monotonic() + 120
+        while not log.exists():
+            assert time.monotonic() < deadline, worker_log.read_text()[-3000:]
+            time.sleep(0.05)
+        asked = time.monotonic()
+        assert gliding("interrupt", job).returncode == 0
+        while state(job) != "paused":
+            assert time.monotonic() - asked < 50, gliding("logs", job).stdout
+            time.sleep(0.1)
+        while sleeping():  # the worker stopped the call: its command is gone
+            assert time.monotonic() - asked < 50, worker_log.read_text()[-3000:]
+            time.sleep(0.1)
+        steered = gliding("steer", job, "The sleep was cut off: go on")
+        assert steered.returncode == 0, steered.stderr
+        deadline = time.monotonic() + 120
+        while state(job) != "finished":
+            assert time.monotonic() < deadline, gliding("logs", job).stdout
+            time.sleep(0.2)
+        status, logs = gliding("status", job).stdout, gliding("logs", job).stdout
+    finally:
+        stop(daemon)
+        stop(worker)
+    assert "finished (success)" in status, logs
+    assert log.read_text().split() == ["step-1", "step-2"]  # the sleep's tail never ran
+    assert "paused: paused by an interrupt request" in logs
+    assert "steered: The sleep was cut off: go on" in logs
+    assert re.search(r"\[DA\] started \(cycle 1, attempt 0\) on worker w1", logs), logs
