@@ -132,6 +132,12 @@ def fail(exc: Exception) -> None:
     (``stop_error``); its traceback is logged at debug level only."""
     from gliding.errors import GlidingError
 
+    if isinstance(exc, BrokenPipeError):  # the reader went away (`gliding jobs | head -1`)
+        import os
+        import sys
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+        raise typer.Exit(141)  # what a shell reports for a command SIGPIPE ended
     error: GlidingError | None = exc if isinstance(exc, GlidingError) else None
     if error is None:
         import structlog
