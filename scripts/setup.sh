@@ -45,6 +45,22 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
   fi
 fi
 
+# Chromium and its chromedriver drive the dashboard's browser tests (tests/daemon/
+# test_dashboard_browser.py; selenium never downloads a browser or driver of its own).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing chromium and chromium-driver (apt-get)" >&2
+    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 \
+           && apt-get install -y -q chromium chromium-driver >/dev/null; } \
+      || echo "setup: could not install chromium; the dashboard's browser tests fail in CI" \
+              "until it is there" >&2
+  else
+    echo "setup: chromium or chromedriver is missing: install them (Debian: apt-get install" \
+         "chromium chromium-driver); until then the dashboard's browser tests skip" >&2
+  fi
+fi
+
 mkdir -p "$WHEELS"
 if ! "$VENV/bin/python" -c "import llama_cpp" >/dev/null 2>&1; then
   if ! ls "$WHEELS"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then

@@ -89,6 +89,7 @@ from gliding.bus.messages import ArchivedMsg, JobEvent
 from gliding.bus.port import Bus
 from gliding.config.settings import ContextSettings
 from gliding.context.engine import STALL_CALLS, ContextEngine
+from gliding.context.prompt_meter import PromptMeter, PromptWeight
 from gliding.context.router import route_call
 from gliding.context.tokens import TokenCounter
 from gliding.core import events
@@ -250,6 +251,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
     engine = ContextEngine(env.context, env.counter,
                            [Message("system", system), *role.examples,
                             Message("user", assignment)])
+    meter = PromptMeter(env.counter)  # built vs naive vs cached, for the turn events
     shown: dict[str, str] = {}  # steer IRI -> text, appended to this session's prompt
     tool_ctx = dataclasses.replace(env.tool_ctx, session=_Session(engine))  # sandbox kept
     env.budget.turns[name] = env.turn_base
@@ -306,6 +308,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                                            turn=n, compactions=engine.stats.compactions)
             done = engine.stats.compactions
             prompt = engine.prompt()  # the assignment is its focus: the prefix's task
+            meter.measure(prompt, engine.stats)
             if hooked and env.hooks is not None and engine.stats.compactions > done:
                 await env.hooks.compaction("after_compaction", role=role.name, session=name,
                                            turn=n, compactions=engine.stats.compactions,
@@ -361,7 +364,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 summaries.append(TurnSummary(role.name, n, summary, iri))
                 engine.add(Message("user", NUDGE), iri=iri)
                 await _announce(env, n, iri, "turn", summary)
-                await _progress(env, n, completion, "text", summary)
+                await _progress(env, n, completion, "text", summary, meter.last)
                 state = transition(state, "text")
                 continue
             call = calls[0]
@@ -371,7 +374,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 summary = _describe(call, "finished" if problem is None else problem)
                 summaries.append(TurnSummary(role.name, n, summary, iri))
                 await _announce(env, n, iri, "turn", summary)
-                await _progress(env, n, completion, "finish", summary)
+                await _progress(env, n, completion, "finish", summary, meter.last)
                 if problem is None:
                     finish = dict(call.arguments)
                     state = transition(state, "finish")
@@ -398,7 +401,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 summary = _describe(call, f"not run: the same call {row} times in a row")
                 summaries.append(TurnSummary(role.name, n, summary, t_iri))
                 await _announce(env, n, t_iri, "turn", summary)
-                await _progress(env, n, completion, call.name, summary)
+                await _progress(env, n, completion, call.name, summary, meter.last)
                 await _guard(env, n, State.LOOP_DETECTED, error)
                 state = transition(state, "loop")
                 continue
@@ -429,7 +432,7 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
             summaries.append(TurnSummary(role.name, n, summary, t_iri))
             await _announce(env, n, t_iri, "turn", summary)
             await _announce(env, n, res_iri, "result", summary, t_iri)
-            await _progress(env, n, completion, call.name, summary)
+            await _progress(env, n, completion, call.name, summary, meter.last)
             state = transition(state, "done")
     log.info("agent.stopped", job=env.job, role=role.name, state=state.value, turns=turns)
     stats = engine.stats
@@ -755,15 +758,26 @@ async def _announce(env: AgentEnv, n: int, iri: str, kind: str, summary: str,
         turn=n, summary=summary, turn_iri=of_turn))
 
 
-async def _progress(env: AgentEnv, n: int, c: Completion, action: str, summary: str) -> None:
+async def _progress(env: AgentEnv, n: int, c: Completion, action: str, summary: str,
+                    weight: PromptWeight | None) -> None:
+    """The ``turn`` event; ``weight``: the call's prompt measured (built, naive, a simulated
+    cache's hit, compactions), for the dashboard. A provider that reported cached tokens is
+    believed over the simulation."""
     spent = env.budget.usage
+    measured: dict[str, Any] = {} if weight is None else {
+        "built_tokens": weight.built, "naive_tokens": weight.naive,
+        "cached_tokens": weight.cached, "cached_source": "simulated",
+        "compactions": weight.compactions}
+    if c.usage.cached_tokens:
+        measured |= {"cached_tokens": c.usage.cached_tokens, "cached_source": "provider"}
     await env.bus.publish(topics.events(env.job), JobEvent.of(env.job, events.Turn(
         role=env.role.name, session=env.session or env.role.name, turn=n,
         action=action, summary=summary,
         prompt_tokens=c.usage.prompt_tokens, completion_tokens=c.usage.completion_tokens,
         job_prompt_tokens=spent.prompt_tokens,
         job_completion_tokens=spent.completion_tokens, job_cost_usd=spent.cost_usd,
-        job_unpriced_calls=spent.unpriced_calls, cost_free=free_backend(env.llm.name))))
+        job_unpriced_calls=spent.unpriced_calls, cost_free=free_backend(env.llm.name),
+        **measured)))
 
 
 def _finish_needs(role: RoleSpec, ran: list[str]) -> str:

@@ -17,9 +17,12 @@ marked Development, so the version is written on every span as ``gliding.semconv
                                      gen_ai.tool.call.id, gliding.turn, gliding.tool.ok
 
 Spans are parented through ``contextvars`` (the job's span is current while its agents run,
-so the role sessions' tasks inherit it). A job's agents on a ``gliding worker`` trace there, as
-traces of their own (the assignment does not carry the job's trace context yet). Tracing never
-stops a job: a collector that is down loses the spans, with one warning when the job ends.
+so the role sessions' tasks inherit it). A job's agents on a ``gliding worker`` trace there,
+in the job's trace: the work item carries the job span's W3C ``traceparent``
+(``traceparent()``), and the worker opens its ``invoke_agent`` span under it (``span(...,
+parent=...)``), so one trace holds the whole job wherever its agents ran (each host exports
+its own spans to its own ``traces.endpoint``). Tracing never stops a job: a collector that is
+down loses the spans, with one warning when the job ends.
 """
 
 from __future__ import annotations
@@ -80,15 +83,34 @@ class Tracer:
         return self._tracer is not None
 
     @contextmanager
-    def span(self, name: str, attributes: Attributes) -> Iterator[Span]:
-        """A span named ``name`` under the current one, current while the block runs; an
+    def span(self, name: str, attributes: Attributes, *, parent: str = "") -> Iterator[Span]:
+        """A span named ``name`` under the current one (or, given a W3C ``parent``
+        traceparent, under that span of another process), current while the block runs; an
         exception leaving the block is recorded on it (and goes on)."""
         if self._tracer is None:
             yield _NoSpan()
             return
+        context = None
+        if parent:
+            from opentelemetry.trace.propagation.tracecontext import (
+                TraceContextTextMapPropagator,
+            )
+
+            context = TraceContextTextMapPropagator().extract({"traceparent": parent})
         with self._tracer.start_as_current_span(
-                name, attributes={**attributes, "gliding.semconv": GENAI_SEMCONV}) as span:
+                name, context=context,
+                attributes={**attributes, "gliding.semconv": GENAI_SEMCONV}) as span:
             yield span
+
+    def traceparent(self) -> str:
+        """The current span as a W3C ``traceparent`` ("" when nothing is traced)."""
+        if self._tracer is None:
+            return ""
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)
+        return carrier.get("traceparent", "")
 
     def close(self) -> None:
         """Send what is left and stop (blocking, at most about ``FLUSH_TIMEOUT_MS``)."""

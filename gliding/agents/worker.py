@@ -110,6 +110,7 @@ class JobAgents:
     # a tool call's step and the workspace's mark after it -> a snapshot (daemon/fork.py)
     snapshots: Callable[[str, str], Awaitable[None]] | None = None
     tracer: Tracer = NO_TRACES  # the job's spans on this host (agents/tracing.py)
+    trace_parent: str = ""  # on a worker: the job span's traceparent, its sessions' parent
 
 
 class BoardUpdates(Protocol):
@@ -221,7 +222,8 @@ class AgentWorker:
                     "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": spec.name,
                     "gliding.session": session_of(a), "gliding.cycle": a.cycle,
                     "gliding.attempt": a.attempt, **({"gliding.step": a.step} if a.step
-                                                     else {})}) as span:
+                                                     else {})},
+                    parent=kit.trace_parent) as span:
                 result = await run_agent(env, a.instructions)
                 span.set_attributes({"gliding.status": result.status,
                                      "gliding.turns": result.turns})

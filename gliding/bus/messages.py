@@ -278,6 +278,8 @@ class WorkItem(_Message):
     origin: str = ""  # the data directory of the job's process (a worker on its host shares it)
     # > 0: the job runs a coherence directory with this lease (a worker may read its board)
     coherence_lease_s: NonNegativeFloat = 0.0
+    # the job span's W3C traceparent: a worker's spans join the job's trace ("": untraced)
+    trace: str = Field("", pattern=r"^(00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2})?$")
 
 
 class Claim(_Message):

@@ -157,6 +157,10 @@ class DaemonClient:
     def remove_schedule(self, name: str) -> dict[str, Any]:
         return dict(self._call("DELETE", f"/v1/schedules/{_segment(name)}"))
 
+    def dashboard_link(self) -> str:
+        """A one-time login URL of the daemon's web dashboard."""
+        return self.url + str(self._call("POST", "/v1/dashboard/links")["path"])
+
     def read(self, iri: str, offset: int = 0, limit: int = 16_000) -> dict[str, Any]:
         return dict(self._call("GET", "/v1/iri", params={"iri": iri, "offset": offset,
                                                           "limit": limit}))

@@ -1,5 +1,5 @@
 """``gliding daemon``, ``worker``, ``broker init`` and the daemon's clients: ``submit``,
-``status``, ``logs``, ``cancel`` (docs/daemon.md)."""
+``status``, ``dashboard``, ``logs``, ``cancel`` (docs/daemon.md)."""
 
 from __future__ import annotations
 
@@ -248,6 +248,17 @@ def status(
     from gliding.daemon.render import json_text, status_text
 
     typer.echo(json_text(found) if json_out else status_text(found))
+
+
+@app.command()
+def dashboard(
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
+) -> None:
+    """Print a one-time login link of the running daemon's web dashboard (good once, for
+    five minutes; the token's login form at / works too)."""
+    _settings_, client = _client(data_dir)
+    with client:
+        typer.echo(client.dashboard_link())
 
 
 @app.command()

@@ -106,6 +106,15 @@ class Turn(Event):
     job_cost_usd: float  # the calls whose price is known
     job_unpriced_calls: int
     cost_free: str | None = None  # the model's backend when it costs nothing (local, scripted)
+    # the prompt Gliding built for this call vs the naive one (the session's whole history,
+    # appended), in the context engine's tokens; what of it was cached: as the provider
+    # reported (cached_source "provider"), else as a prefix cache would have (``simulated``,
+    # context/prompt_meter.py); the session's compactions so far
+    built_tokens: int | None = None
+    naive_tokens: int | None = None
+    cached_tokens: int | None = None
+    cached_source: str | None = None
+    compactions: int | None = None
 
 
 @dataclass(frozen=True)

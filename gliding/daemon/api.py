@@ -20,7 +20,11 @@
     POST /v1/jobs/{job}/steer        {"message"} → 202 {"job", "steer"}: appended before the
                                      next model call of one of its sessions (agents/steer.py);
                                      a paused job is queued again with it
+    GET  /v1/jobs/{job}/board?node&limit  the job's blackboard around ``node`` (or its whole
+                                     graph, up to ``limit`` triples) as nodes and edges
     GET  /v1/iri?iri&offset&limit    a page of an archived item (as the read_result tool)
+    POST /v1/dashboard/links         → 201 {"path": "/login?once=...", "expires_at"}: a
+                                     one-time login link of the dashboard (``gliding dashboard``)
     GET  /v1/schedules               the recurring jobs, by name, with their next due time
     POST /v1/schedules               {"name", "cron", "task", "task_name"?, "tz"?, "missed"?,
                                      "overlap"?, "model"?, "base_dir"?} → 201 the schedule
@@ -28,9 +32,13 @@
     DELETE /v1/schedules/{name}      drop it (its jobs stay) → the schedule it was
     GET  /v1/health                  {"status": "ok"}: no token needed, nothing revealed
     GET  /v1/openapi.json            this API's OpenAPI document
+    GET  /                           the web dashboard, or its login form (daemon/dashboard.py);
+                                     POST /login, GET /login?once=, POST /logout, /static/...
 
 Every endpoint but health wants ``Authorization: Bearer <token>``, the token of
-``<data_dir>/daemon.token`` (compared in constant time); without it: 401. Every error is JSON
+``<data_dir>/daemon.token`` (compared in constant time), or the dashboard's session cookie
+(then a POST or DELETE also wants the page's CSRF header: 403 without); without either: 401.
+Every response carries the dashboard's CSP (``dashboard.SecurityHeaders``). Every error is JSON
 ``{"error": {"code", "message", "hint"}}`` from a GlidingError (``status_of`` maps its class to
 the status); a bug is one bounded log line (no frame's locals) and a 500. A request body may
 have MAX_BODY_BYTES, an offset or event number MAX_OFFSET; a request over TCP whose ``Host``
@@ -61,7 +69,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.exceptions import HTTPException
@@ -72,8 +80,19 @@ from gliding.agents.approvals import NOTE_CHARS
 from gliding.agents.steer import STEER_CHARS
 from gliding.config.settings import Settings
 from gliding.config.yamlsource import USER_FILE_MAX_BYTES
+from gliding.core.events import EVENTS
 from gliding.core.text import error_line, traceback_text
 from gliding.daemon import queue as q
+from gliding.daemon.dashboard import (
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    CSRFRefused,
+    SecurityHeaders,
+    Sessions,
+    add_pages,
+    check_csrf,
+)
+from gliding.daemon.dashboard_graph import board_graph
 from gliding.daemon.events import DROPPED
 from gliding.daemon.hosts import HostCheck
 from gliding.daemon.jobs import DaemonLock, JobBusy, stop_error
@@ -108,6 +127,8 @@ def status_of(error: GlidingError) -> int:
     """The HTTP status of ``error`` (a UsageError not named here: 400)."""
     if isinstance(error, AuthError):
         return 401
+    if isinstance(error, CSRFRefused):
+        return 403
     if isinstance(error, BodyTooLarge):
         return 413
     if isinstance(error, ServiceStopping):
@@ -325,6 +346,36 @@ class Page(_Wire):
     meta: dict[str, Any]
 
 
+class LinkOut(_Wire):
+    path: str = Field(description="/login?once=<secret>: opens a dashboard session, once")
+    expires_at: float = Field(description="Unix time when the link stops working")
+
+
+class BoardNode(_Wire):
+    iri: str
+    type: str = Field(description="Its rdf:type's local name; empty when not known")
+
+
+class BoardEdge(_Wire):
+    source: str
+    target: str
+    property: str = Field(description="The property's local name")
+
+
+class BoardProperty(_Wire):
+    property: str
+    value: str = Field(description="A literal of the node, clipped to 300 characters")
+
+
+class BoardOut(_Wire):
+    job: str
+    graph: str = Field(description="The job's named graph on the blackboard")
+    node: str | None = Field(description="The node it is drawn around; null: the whole graph")
+    nodes: list[BoardNode]
+    edges: list[BoardEdge]
+    properties: list[BoardProperty] = Field(description="The literals of ``node``")
+
+
 class Health(_Wire):
     status: Literal["ok"]
 
@@ -340,6 +391,8 @@ class ErrorOut(_Wire):
 
 
 _BEARER = HTTPBearer(auto_error=False, description="The token in <data_dir>/daemon.token")
+_COOKIE = APIKeyCookie(name=SESSION_COOKIE, auto_error=False, description=(
+    f"The web dashboard's session; a POST or DELETE also needs the {CSRF_HEADER} header"))
 # (module level: the route signatures are strings under `from __future__ import annotations`,
 # which FastAPI evaluates in this module's namespace)
 
@@ -359,9 +412,15 @@ def build_app(service: JobService, token: str) -> FastAPI:
                   redoc_url=None, description="Jobs of one data directory: submit, watch, "
                   "cancel, resume; archived items read back by IRI (docs/daemon.md).")
     expected = token.encode()
+    sessions = Sessions()
 
-    async def authorized(credentials: Annotated[HTTPAuthorizationCredentials | None,
-                                                Depends(_BEARER)]) -> None:
+    async def authorized(request: Request,
+                         credentials: Annotated[HTTPAuthorizationCredentials | None,
+                                                Depends(_BEARER)],
+                         session: Annotated[str | None, Depends(_COOKIE)]) -> None:
+        if credentials is None and (csrf := sessions.csrf_of(session)) is not None:
+            check_csrf(request, csrf)  # the dashboard's page, logged in
+            return
         if credentials is None:
             raise AuthError("this endpoint needs the daemon's token",
                             hint="send Authorization: Bearer <the token in "
@@ -371,7 +430,7 @@ def build_app(service: JobService, token: str) -> FastAPI:
                                                 "the daemon's data directory")
 
     errors: dict[int | str, dict[str, Any]] = {
-        code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422, 500, 503)}
+        code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 422, 500, 503)}
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorized)], responses=errors)
 
     @app.exception_handler(GlidingError)
@@ -513,14 +572,34 @@ def build_app(service: JobService, token: str) -> FastAPI:
                        ) -> dict[str, Any]:
         return await service.read(iri, offset, limit)
 
+    @v1.get("/jobs/{job}/board", response_model=BoardOut,
+            summary="The job's blackboard around a node, as nodes and edges")
+    async def board(job: str, node: Annotated[str | None, Query(max_length=2000)] = None,
+                    limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 200
+                    ) -> dict[str, Any]:
+        await service.get(job)
+        found = service.blackboard()
+        if found is None:
+            raise NotFoundError("this daemon has no blackboard",
+                                hint="see memory.blackboard in the daemon's config")
+        return await anyio.to_thread.run_sync(board_graph, found, job, node, limit)
+
+    @v1.post("/dashboard/links", status_code=201, response_model=LinkOut,
+             summary="A one-time login link of the web dashboard")
+    async def dashboard_link() -> dict[str, Any]:
+        once, expires = sessions.link()
+        return {"path": f"/login?once={once}", "expires_at": expires}
+
     @v1.get("/openapi.json", include_in_schema=False)
     async def openapi() -> dict[str, Any]:
         return await anyio.to_thread.run_sync(app.openapi)  # built once, ~0.1 s of CPU
 
     app.include_router(v1)
+    add_pages(app, sessions, token, [*EVENTS, "dropped"])
     app.add_middleware(_BodyLimit)
     app.add_middleware(HostCheck, configured=service.settings.daemon.host,
                        answer=error_response)
+    app.add_middleware(SecurityHeaders)
     return app
 
 

@@ -384,7 +384,9 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                         hooks=parts.job_hooks(job, task, settings, j.sandbox, bus),
                         approvals=parts.job_approvals(job, task, settings, port, j.clock, bus),
                         snapshots=snapshots.after,
-                        tracer=Tracer(settings.traces.endpoint))
+                        # off the loop: the first one imports the OpenTelemetry SDK
+                        tracer=await anyio.to_thread.run_sync(Tracer,
+                                                              settings.traces.endpoint))
         worker = AgentWorker(kit, state.roles, concurrency=settings.scheduler.max_parallel)
 
         async def verify(command: Verify) -> CheckReportMsg:
@@ -494,7 +496,8 @@ async def _serve_remote(j: _Job, bus: Bus, worker: AgentWorker, *, resumed: bool
                             lease_s=settings.daemon.lease_s, briefing=worker.kit.briefing,
                             expect_s=1.5 * settings.daemon.heartbeat_s if resumed else 0.0,
                             coherence_lease_s=settings.memory.coherence.lease_s
-                            if worker.kit.board is not None else 0.0)
+                            if worker.kit.board is not None else 0.0,
+                            trace=worker.kit.tracer.traceparent())  # the job's span is current
     server = ArchiveServer(bus, LocalArchive(archive, settings.data_dir))
     auth = getattr(bus, "auth", None)
     if auth is not None:  # from now on, workers may say what the dispatcher grants them

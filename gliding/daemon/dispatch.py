@@ -77,9 +77,10 @@ class Dispatcher:
                  origin: str, lease_s: float, offer_s: float | None = None,
                  expect_s: float = 0.0,
                  briefing: Callable[[Assignment], Awaitable[str]] | None = None,
-                 coherence_lease_s: float = 0.0) -> None:
+                 coherence_lease_s: float = 0.0, trace: str = "") -> None:
         self.bus = bus
         self.coherence_lease_s = coherence_lease_s
+        self.trace = trace  # the job span's traceparent: workers trace under it
         self.job = job
         self.task_record = task_record
         self.model = model
@@ -130,7 +131,8 @@ class Dispatcher:
             self.items[key] = WorkItem(key=key, epoch=1, assignment=a,
                                        task_record=self.task_record, model=self.model,
                                        briefing=briefing, origin=self.origin,
-                                       coherence_lease_s=self.coherence_lease_s)
+                                       coherence_lease_s=self.coherence_lease_s,
+                                       trace=self.trace)
             now = anyio.current_time()
             if now - self.started < self.expect_s:  # a worker may hold it: let it say so first
                 await self._apply(L.expect(self.leases, key, now,

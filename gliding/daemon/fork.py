@@ -10,15 +10,15 @@ workspace no snapshot holds is refused.
 
 The fork. A STEP is a turn, ``DA/3`` (a session and its turn number) or its IRI. The new job's
 archive gets every L0 entry of the old one up to that turn's tool result and its snapshot (or
-the turn, when it made no call), in order, with the old job's id replaced by the new one's in IRIs and content
-(same length: every byte else is kept), the ledger's calls up to then, and the old job's
-metadata (its task with the new workspace). The workspace is restored into a new directory
-from the newest snapshot whose mark is the one the step recorded, file mtimes included. The
-fork is then a job stopped right after that step: the daemon queues it, it resumes from the
-old job's journal, replays the archived turns up to the step (no model call paid, no tool run
-again) and goes on live from the next one. A workspace no snapshot holds (a step run on a
-worker, a workspace too large to keep, a job of a Gliding without snapshots) is refused with
-the reason, and nothing is written.
+the turn, when it made no call), in order, with the old job's id replaced by the new one's in
+IRIs and content (same length: every byte else is kept), the ledger's calls up to then, and the
+old job's metadata (its task with the new workspace). The workspace is restored into a new
+directory from the newest snapshot whose mark is the one the step recorded, file mtimes
+included. The fork is then a job stopped right after that step: the daemon queues it, it
+resumes from the old job's journal, replays the archived turns up to the step (no model call
+paid, no tool run again) and goes on live from the next one. A workspace no snapshot holds (a
+step run on a worker, a workspace too large to keep, a job of a Gliding without snapshots) is
+refused with the reason, and nothing is written.
 """
 
 from __future__ import annotations

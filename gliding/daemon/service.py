@@ -80,6 +80,7 @@ from gliding.daemon.runtime import Runtime
 from gliding.daemon.schedule_runner import ScheduleRunner
 from gliding.errors import GlidingError, IRIError, NotFoundError, TaskFileError, UsageError
 from gliding.memory.archive.store import Archive, archive_path
+from gliding.memory.board.blackboard import Blackboard
 from gliding.tools.groups import GROUP_NAMES, known_group
 
 log = structlog.get_logger("gliding.daemon")
@@ -388,6 +389,11 @@ class JobService:
     def running_jobs(self) -> list[str]:
         """The jobs this daemon runs right now."""
         return list(self._active)
+
+    def blackboard(self) -> Blackboard | None:
+        """The process's blackboard (L2), shared by its jobs; None when it could not be
+        opened, or before ``running``."""
+        return self._runtime.board if self._runtime is not None else None
 
     async def read(self, iri: str, offset: int, limit: int) -> dict[str, Any]:
         """Bytes ``offset`` .. ``offset + limit`` of an archived item (``read_page``).

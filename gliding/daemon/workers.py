@@ -301,7 +301,8 @@ class WorkerService:
                 board = await stack.enter_async_context(worker_views(
                     self.bus, job, agent, item.coherence_lease_s, settings, rt.counter.count))
             await stack.enter_async_context(tools)  # open now, closed when the agent ends
-            tracer = Tracer(settings.traces.endpoint)  # this worker's spans of the assignment
+            # this worker's spans of the assignment; off the loop: the first imports the SDK
+            tracer = await anyio.to_thread.run_sync(Tracer, settings.traces.endpoint)
             stack.push_async_callback(anyio.to_thread.run_sync, tracer.close)
             yield JobAgents(job=job, workspace=task.workspace, llm=await self._llm(item.model),
                             roles=roles, tools=tools, checks=checks, archive=port,
@@ -311,7 +312,7 @@ class WorkerService:
                             hooks=parts.job_hooks(job, task, settings, sandbox, self.bus),
                             approvals=parts.job_approvals(job, task, settings, port, clock,
                                                           self.bus),
-                            tracer=tracer)
+                            tracer=tracer, trace_parent=item.trace)
 
     async def _withhold_memory(self, a: Assignment, roles: Mapping[str, RoleSpec]) -> None:
         """The job's process did not answer a knowledge ping (and there is no shared

@@ -102,7 +102,8 @@ def test_thousands_of_unknown_keys_give_a_bounded_message(tmp_path: Path) -> Non
     assert len(lines) == MAX_PROBLEMS + 2  # the problems, "... and N more", the hint
     assert lines[0].endswith("task.yaml:2: k0: unknown field 'k0' "
                              "(fields: goal, workspace, model, pipeline, budgets, checks, "
-                             "network, mcp_servers, tool_groups, venv, mounts, git_writes, hooks, approvals)")
+                             "network, mcp_servers, tool_groups, venv, mounts, git_writes, hooks, "
+                             "approvals)")
     assert lines[MAX_PROBLEMS] == f"... and {keys - MAX_PROBLEMS} more problems"
 
 

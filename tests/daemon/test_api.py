@@ -154,7 +154,9 @@ def test_the_openapi_document_has_every_path(tmp_path: Path) -> None:
                                      "/v1/jobs/{job}/approvals", "/v1/jobs/{job}/fork",
                                      "/v1/jobs/{job}/interrupt",
                                      "/v1/jobs/{job}/approvals/{approval}",
-                                     "/v1/schedules", "/v1/schedules/{name}"}
+                                     "/v1/schedules", "/v1/schedules/{name}",
+                                     "/v1/jobs/{job}/board", "/v1/dashboard/links",
+                                     "/login", "/logout"}
         submit = doc["paths"]["/v1/jobs"]["post"]
         assert submit["responses"]["201"]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/Submitted"}

@@ -108,7 +108,7 @@ def session_requests(tmp: Path) -> list[LLMRequest]:
 
 def send(model: str, requests: list[LLMRequest], server: ThreadingHTTPServer
          ) -> list[dict[str, Any]]:
-    llm = HostedLLM(model)
+    llm = HostedLLM(model, stream=False)  # the recorder answers whole replies, not streams
 
     async def main() -> None:
         for request in requests:

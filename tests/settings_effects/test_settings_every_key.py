@@ -28,6 +28,8 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "llm.model": ["test_settings_llm.test_llm_model_is_used_when_the_task_names_none"],
     "llm.timeout_s": ["test_settings_llm.test_llm_timeout_s_makes_a_slow_hosted_call_fail_fast",
                       "test_settings_llm.test_llm_timeout_s_long_enough_lets_a_slow_call_finish"],
+    "llm.stream": ["test_settings_llm_stream.test_llm_stream_on_by_default_streams_with_the_usage",
+                   "test_settings_llm_stream.test_llm_stream_false_asks_for_the_whole_reply"],
     "llm.max_tokens": [
         "test_settings_llm_costs.test_max_tokens_default_is_4096_not_the_models_maximum",
         "test_settings_llm_costs.test_max_tokens_is_what_litellm_sends"],

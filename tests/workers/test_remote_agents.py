@@ -65,7 +65,8 @@ def settings_for(tmp: Path, url: str, data: str, **more: Any) -> Settings:
 
 
 async def run_with_workers(tmp: Path, url: str, remote: tuple[bool, ...], *,
-                           on_event: Callable[[JobEvent], None] | None = None, **job: Any
+                           on_event: Callable[[JobEvent], None] | None = None,
+                           worker: dict[str, Any] | None = None, **job: Any
                            ) -> tuple[Any, list[WorkerService], list[JobEvent]]:
     job_settings = settings_for(tmp, url, "data", **job)
     events: list[JobEvent] = []
@@ -79,7 +80,7 @@ async def run_with_workers(tmp: Path, url: str, remote: tuple[bool, ...], *,
     async with anyio.create_task_group() as tg:
         for n, is_remote in enumerate(remote):
             # shared: the job's own data directory (its archive file is written directly)
-            ws = settings_for(tmp, url, f"worker{n}" if is_remote else "data")
+            ws = settings_for(tmp, url, f"worker{n}" if is_remote else "data", **(worker or {}))
             ws.data_dir.mkdir(exist_ok=True)
 
             async def serve(ws: Settings = ws, is_remote: bool = is_remote, *,
