@@ -178,14 +178,22 @@ def add_pages(app: FastAPI, sessions: Sessions, token: str, event_names: Iterabl
         return login_page("This login link was used already or has expired: ask "
                           "`gliding dashboard` for another one, or log in with the token.", 401)
 
-    @app.post("/login", summary="Log the dashboard in with the daemon's token (a form: token)",
-              response_class=HTMLResponse,
+    @app.post("/login", summary="Log the dashboard in with the daemon's token",
+              response_class=HTMLResponse, openapi_extra={"requestBody": {"content": {
+                  "application/x-www-form-urlencoded": {"schema": {
+                      "type": "object", "required": ["token"],
+                      "properties": {"token": {"type": "string"}}}}}}},
               responses={303: {"description": "Logged in: the session cookie is set"},
-                         401: {"description": "The login form again, with why not"}})
+                         401: {"description": "The login form again, with why not"},
+                         403: {"description": "A form posted from another site"}})
     async def login_form(request: Request) -> Response:
         if not _same_origin(request):
             return login_page("This login came from another site.", 403)
-        form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
+        try:
+            form = parse_qs((await request.body()).decode("utf-8", "replace"),
+                            max_num_fields=4)
+        except ValueError:  # more fields than a login form has
+            form = {}
         sent = (form.get("token") or [""])[0].strip().encode("utf-8", "replace")
         if not hmac.compare_digest(sent, expected):
             return login_page("Wrong token: use the one in <data_dir>/daemon.token.", 401)

@@ -16,6 +16,7 @@ composition root, and the journal and the checks are ports it is handed.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -82,11 +83,18 @@ class JobRunner:
     async def run(self, state: SupervisorState, commands: list[Command]) -> SupervisorState:
         """Carry out ``commands`` and every answer's consequences until the job finishes."""
         self.state = state
-        async with self.bus.subscribe(topics.results(state.job), max_buffer=100) as answers:
+        wall = self.wall_time_s
+        async with self.bus.subscribe(topics.results(state.job), max_buffer=100) as answers, \
+                AsyncExitStack() as stack:
             await self.journal.record(state, "start")
-            wall = self.wall_time_s
             with anyio.move_on_after(wall if wall is not None else float("inf")) as deadline:
-                state = await self._drive(state, commands, answers)
+                async with anyio.create_task_group() as tg:
+                    if wall is not None:  # read on, all the time: a full buffer would block
+                        news = await stack.enter_async_context(self.bus.subscribe(
+                            topics.events(state.job), max_buffer=1000))
+                        tg.start_soon(_stop_the_clock, news, deadline)
+                    state = await self._drive(state, commands, answers)
+                    tg.cancel_scope.cancel()
             state = self.state  # what was accepted before the deadline, if it cut _drive off
             if deadline.cancelled_caught and state.outcome is None:
                 if self.stop_agents is not None:
@@ -177,3 +185,27 @@ class JobRunner:
         else:
             assert isinstance(command, Finished)
         return None
+
+
+async def _stop_the_clock(news: Subscription, deadline: anyio.CancelScope) -> None:
+    """While a tool call of the job waits for a person's approval (between its
+    ``approval.requested`` and ``approval.answered`` events), the wall time budget does not
+    run: its deadline is held off, and moved on by the wait once no call waits."""
+    waiting: set[str] = set()
+    left = 0.0  # of the budget, when the first wait began
+    while True:
+        _topic, message = await news.receive()
+        if not isinstance(message, JobEvent):
+            continue
+        ident = message.data.get("approval") if isinstance(message.data, dict) else None
+        if not isinstance(ident, str):
+            continue
+        if message.event == events.ApprovalRequested.name and ident not in waiting:
+            if not waiting:
+                left = max(0.0, deadline.deadline - anyio.current_time())
+                deadline.deadline = float("inf")
+            waiting.add(ident)
+        elif message.event == events.ApprovalAnswered.name and ident in waiting:
+            waiting.discard(ident)
+            if not waiting:
+                deadline.deadline = anyio.current_time() + left

@@ -414,6 +414,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Transfer-Encoding", "chunked")
+            # a stream ends its connection: none is left pooled in a client whose event loop
+            # has ended (its socket would warn when collected, in some later test)
+            self.send_header("Connection", "close")
             self.end_headers()
             for event in stream:
                 raw = sse_bytes([event])
@@ -422,9 +425,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not cut:
                 self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
-            cut = True  # the client gave up: nothing to do
-        if cut:
-            self.close_connection = True
+            pass  # the client gave up: nothing to do
+        self.close_connection = True
 
 
 def _role_of(data: Mapping[str, Any], *, anthropic: bool) -> str | None:

@@ -20,7 +20,7 @@ JOB = "20260101-000000-aaaaaa"
 
 
 @pytest.mark.parametrize("args", [["status", JOB], ["logs", JOB], ["logs", JOB, "-f"],
-                                  ["cancel", JOB], ["submit", "task.yaml"]])
+                                  ["cancel", JOB], ["submit", "task.yaml"], ["dashboard"]])
 def test_without_a_daemon_the_client_commands_say_how_to_start_one(
         tmp_path: Path, args: list[str]) -> None:
     (tmp_path / "task.yaml").write_text("goal: x\n")

@@ -151,3 +151,20 @@ def test_an_answer_binds_to_the_call_shown_and_is_given_once(tmp_path: Path) -> 
             answer(archive, None, approve=True)
         with pytest.raises(UsageError, match="at most 2000"):
             answer(archive, None, approve=True, note="x" * 2001)
+
+
+def test_the_wait_is_not_charged_to_the_wall_time_budget(tmp_path: Path) -> None:
+    model = write_replies(tmp_path, "r.yaml", replies(steps=2))
+    task = ASKING.replace("pipeline: [DA]\n", "pipeline: [DA]\nbudgets: {wall_time_s: 2}\n")
+
+    async def main() -> dict[str, Any]:
+        async with serving(tmp_path) as service:
+            job = (await service.submit(task, model=model)).job
+            await waiting(service, job)
+            await anyio.sleep(3)  # past the budget, waiting for a person
+            await service.answer(job, None, approve=True)
+            return await wait_for(service, job, "finished")
+
+    done = anyio.run(main)
+    assert done["outcome"] == "success", done
+    assert (tmp_path / "ws" / "trace.txt").read_text().split() == ["step-1", "step-2"]

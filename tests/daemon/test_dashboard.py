@@ -66,6 +66,9 @@ def test_the_token_form_logs_in_with_a_strict_httponly_cookie(tmp_path: Path) ->
         assert 'name="token"' in first.text and "gliding-csrf" not in first.text
         wrong = await client.post("/login", data={"token": TOKEN + "x"})
         assert wrong.status_code == 401 and "Wrong token" in wrong.text
+        crowded = await client.post("/login", content="&".join(f"k{i}=v" for i in range(9)),
+                                    headers={"content-type": "application/x-www-form-urlencoded"})
+        assert crowded.status_code == 401
         assert SESSION_COOKIE not in wrong.headers.get("set-cookie", "")
         good = await client.post("/login", data={"token": TOKEN})
         assert good.status_code == 303

@@ -6,7 +6,7 @@ events arriving live without a reload, a job whose goal, tool output and model r
 ``<script>`` and ``<img onerror>`` staying inert (shown as text), a waiting approval answered
 from the page, CSRF refused from the page's own context without its header, the cookie's
 flags, and nothing loaded from elsewhere or refused by CSP. Screenshots go to
-``$GLIDING_TEST_ARTIFACTS`` (default: the test's tmp_path).
+``$TEST_ARTIFACTS`` (default: the test's tmp_path).
 
 Selenium never downloads a browser or a driver here: the system's ``/usr/bin/chromium`` and
 ``/usr/bin/chromedriver`` (``scripts/setup.sh`` installs them with apt), ``SE_OFFLINE``. Without
@@ -116,7 +116,7 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
 
 @pytest.fixture
 def artifacts(tmp_path: Path) -> Path:
-    where = Path(os.environ.get("GLIDING_TEST_ARTIFACTS") or tmp_path) / "dashboard"
+    where = Path(os.environ.get("TEST_ARTIFACTS") or tmp_path) / "dashboard"
     where.mkdir(parents=True, exist_ok=True)
     return where
 
@@ -165,6 +165,15 @@ def log_in(driver: Any, daemon: Daemon) -> None:
     by_css(driver, "#token")[0].send_keys(daemon.token)
     by_css(driver, "#login")[0].click()
     wait(driver, lambda: by_css(driver, "#jobs"), "the dashboard after logging in")
+
+
+def text(driver: Any, selector: str, attribute: str = "textContent") -> str:
+    """An attribute of the first element ``selector`` finds, read in one script: the page
+    redraws its lists, so a Selenium element found a moment ago may be gone."""
+    found = driver.execute_script(
+        f"const e = document.querySelector(arguments[0]); return e ? e.{attribute} : ''",
+        selector)
+    return str(found or "")
 
 
 def events_of(driver: Any) -> list[str]:
@@ -230,7 +239,7 @@ def test_a_job_is_watched_live_without_a_reload(daemon: Daemon, browser: Any,
                                                 artifacts: Path) -> None:
     log_in(browser, daemon)
     browser.execute_script("window.__sameDocument = true")
-    job = daemon.submit(TASK.format(workspace="ws"), replies(steps=3, sleep_s=1.5))
+    job = daemon.submit(TASK.format(workspace="ws"), replies(steps=3, sleep_s=2.0))
     row = f"tr.job[data-job='{job}']"
     wait(browser, lambda: by_css(browser, row), "the job in the list")
     by_css(browser, row)[0].click()
@@ -240,16 +249,15 @@ def test_a_job_is_watched_live_without_a_reload(daemon: Daemon, browser: Any,
     assert browser.execute_script("return window.__sameDocument") is True  # never reloaded
     seen = events_of(browser)
     assert seen.count("turn") == 4 and seen.index("job.started") < seen.index("job.finished")
-    wait(browser, lambda: "finished" in by_css(browser, "#pipeline li")[0].get_attribute(
-        "class"), "DA finished in the pipeline")
-    assert "DA" in by_css(browser, "#pipeline li")[0].text
-    assert "job's process" in by_css(browser, "#pipeline li")[0].text
+    wait(browser, lambda: "finished" in text(browser, "#pipeline li", "className"),
+         "DA finished in the pipeline")
+    assert "DA" in text(browser, "#pipeline li") and "job's process" in text(browser,
+                                                                           "#pipeline li")
     assert len(by_css(browser, "#tokens svg circle.dot.built")) == 4
     assert len(by_css(browser, "#tokens svg circle.dot.naive")) == 4
     wait(browser, lambda: by_css(browser, "#board svg .node"), "the blackboard graph")
-    wait(browser, lambda: "finished: success" in by_css(browser, row)[0].text,
-         "the list's state")
-    assert "scripted" in by_css(browser, row)[0].text  # the cost column: free (scripted)
+    wait(browser, lambda: "finished: success" in text(browser, row), "the list's state")
+    assert "free (scripted)" in text(browser, row + " td.cost")
     browser.save_screenshot(str(artifacts / "job-live.png"))
     assert csp_violations(browser) == []
 
@@ -269,10 +277,9 @@ def test_hostile_text_from_a_job_stays_inert(daemon: Daemon, browser: Any,
     by_css(browser, "#iri")[0].clear()
     by_css(browser, "#iri")[0].send_keys(f"gliding://job/{job}/result/DA-2-0")
     by_css(browser, "#iri-form button")[0].click()
-    wait(browser, lambda: PAYLOAD in by_css(browser, "#iri-content")[0].text,
-         "the tool result read back")
-    wait(browser, lambda: PAYLOAD in by_css(browser, f"tr.job[data-job='{job}']")[0]
-         .get_attribute("title"), "the goal in the list")
+    wait(browser, lambda: PAYLOAD in text(browser, "#iri-content"), "the tool result read back")
+    wait(browser, lambda: PAYLOAD in text(browser, f"tr.job[data-job='{job}']", "title"),
+         "the goal in the list")
     time.sleep(0.5)  # an injected handler would have run by now (an image error is quick)
     assert no_alert(browser)
     assert browser.execute_script("return window.__pwned === undefined") is True
@@ -281,10 +288,9 @@ def test_hostile_text_from_a_job_stays_inert(daemon: Daemon, browser: Any,
         "return [...document.scripts].map(s => s.getAttribute('src'))")
     assert scripts == ["/static/app.js"]
     # shown, literally: the events' summaries (clipped), the goal, the tool result
-    assert "<script>alert(1)</script><img src=x on" in by_css(browser, "#events")[0].text
-    row = by_css(browser, f"tr.job[data-job='{job}'] .goal-text")[0]
-    assert row.get_attribute("textContent") == f"Show {PAYLOAD}"
-    assert by_css(browser, "#iri-content")[0].text.splitlines()[-1] == PAYLOAD
+    assert "<script>alert(1)</script><img src=x on" in text(browser, "#events")
+    assert text(browser, f"tr.job[data-job='{job}'] .goal-text") == f"Show {PAYLOAD}"
+    assert text(browser, "#iri-content").splitlines()[-1] == PAYLOAD
     browser.save_screenshot(str(artifacts / "hostile-inert.png"))
 
 
@@ -294,10 +300,10 @@ def test_an_approval_is_answered_from_the_page_and_csrf_is_refused(
     log_in(browser, daemon)
     browser.get(f"{daemon.url}/#job={job}")
     wait(browser, lambda: by_css(browser, ".approval"), "the waiting approval")
-    waiting = by_css(browser, ".approval")[0]
-    assert "bash" in waiting.text and "echo step-2 >> trace.txt" in waiting.text
+    waiting = text(browser, ".approval")
+    assert "bash" in waiting and "echo step-2 >> trace.txt" in waiting
     digest = daemon.http.get(f"/v1/jobs/{job}/approvals").json()["approvals"][0]["digest"]
-    assert f"sha256 {digest}" in waiting.text
+    assert f"sha256 {digest}" in waiting
     refused = browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         f"fetch('/v1/jobs/{job}/approvals/DA-2', {{method: 'POST', headers: "
@@ -309,7 +315,7 @@ def test_an_approval_is_answered_from_the_page_and_csrf_is_refused(
     by_css(browser, ".approval input")[0].send_keys("fine, go on")
     by_css(browser, ".approval button.approve")[0].click()
     wait(browser, lambda: "job.finished" in events_of(browser), "job.finished")
-    wait(browser, lambda: "bash approved by person" in by_css(browser, "#approvals")[0].text,
+    wait(browser, lambda: "bash approved by person" in text(browser, "#approvals"),
          "the answer shown")
     [answered] = daemon.http.get(f"/v1/jobs/{job}/approvals").json()["approvals"]
     assert answered["answer"]["approved"] is True and answered["answer"]["note"] == "fine, go on"

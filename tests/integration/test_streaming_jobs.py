@@ -11,9 +11,8 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import anyio
 import pytest
@@ -23,13 +22,11 @@ from gliding.config.loader import load_settings
 from gliding.config.settings import Settings
 from gliding.config.task import load_task
 from gliding.daemon.compose import JobHandle, resume_job, run_job
-from gliding.llm.hosted import _litellm
 from gliding.memory.archive.store import Archive
 from gliding.testing.fake_provider import FakeProvider, FaultPlan
 from tests.cli.cli_support import clean_env, gliding_script
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]
-T = TypeVar("T")
 
 CONTENT = "Hello, streamed world!\nA second line, long enough to come in many pieces.\n"
 REPLIES = {"DA": [{"write_file": {"path": "hello.txt", "content": CONTENT}},
@@ -68,21 +65,9 @@ def settings(tmp: Path, fp: FakeProvider) -> Settings:
         "llm.retry.initial_s": 0.01, "llm.retry.max_s": 0.02})
 
 
-def in_one_loop(call: Callable[[], Awaitable[T]]) -> T:
-    """``call()`` on an event loop of its own, litellm's cached HTTP clients closed before it
-    ends (left open, their sockets warn when collected, in a later test)."""
-    async def main() -> T:
-        try:
-            return await call()
-        finally:
-            await _litellm().close_litellm_async_clients()
-
-    return anyio.run(main)
-
-
 def run(tmp: Path, fp: FakeProvider) -> tuple[JobHandle, list[JobEvent]]:
     seen: list[JobEvent] = []
-    handle = in_one_loop(lambda: run_job(load_task(tmp / "task.yaml"), settings(tmp, fp),
+    handle = anyio.run(lambda: run_job(load_task(tmp / "task.yaml"), settings(tmp, fp),
                                          on_event=seen.append))
     assert handle.report is not None and handle.report.outcome == "success"
     return handle, seen
@@ -132,7 +117,7 @@ def test_a_stream_cut_midway_is_void_and_the_retry_is_the_turn(
             fp.faults = None  # one cut, then the provider answers whole
 
     seen: list[JobEvent] = []
-    handle = in_one_loop(lambda: run_job(load_task(tmp / "task.yaml"), settings(tmp, fp),
+    handle = anyio.run(lambda: run_job(load_task(tmp / "task.yaml"), settings(tmp, fp),
                                          on_event=lambda e: (seen.append(e), heal(e))))
     assert handle.report is not None and handle.report.outcome == "success"
 
@@ -158,7 +143,7 @@ def test_a_resumed_job_replays_its_turns_without_streaming_them(
     asked = len(fp.requests)
 
     seen: list[JobEvent] = []
-    resumed = in_one_loop(lambda: resume_job(job, settings(tmp, fp), on_event=seen.append))
+    resumed = anyio.run(lambda: resume_job(job, settings(tmp, fp), on_event=seen.append))
     assert resumed.report is not None and resumed.report.outcome == "success"
     assert len(fp.requests) == asked  # nothing asked again
     assert not [e for e in seen if e.event.startswith("model.")]

@@ -7,7 +7,6 @@ the retry path takes as a whole."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -16,7 +15,7 @@ import pytest
 from gliding.core.messages import Completion, Message, ToolSpec
 from gliding.errors import ProviderError
 from gliding.llm.faults import RetryPolicy
-from gliding.llm.hosted import HostedLLM, _litellm
+from gliding.llm.hosted import HostedLLM
 from gliding.llm.port import Delta, LLMRequest, ProviderNotice
 from gliding.llm.resilient import ResilientLLM
 from gliding.testing.fake_provider import FakeProvider, FaultPlan
@@ -57,19 +56,12 @@ def ask(llm: HostedLLM | ResilientLLM, *, listen: bool = True
                          tools=(WRITE,), meta={"role": "DA"}, notify=notify,
                          on_delta=on_delta if listen else None)
 
-    return in_one_loop(lambda: llm.complete(request)), deltas, notices
-
-
-def in_one_loop(call: Callable[[], Awaitable[Completion]]) -> Completion:
-    """``call()`` on an event loop of its own, whose HTTP clients litellm cached are closed
-    before the loop ends (left open, their sockets warn when collected, in a later test)."""
     async def main() -> Completion:
-        try:
-            return await call()
-        finally:
-            await _litellm().close_litellm_async_clients()
+        return await llm.complete(request)
 
-    return anyio.run(main)
+    return anyio.run(main), deltas, notices
+
+
 
 
 @pytest.mark.parametrize("model", ["openai/fake-model", "anthropic/claude-fake"])
@@ -125,9 +117,12 @@ def test_a_stream_cut_midway_is_a_connection_fault_retried_as_a_whole(model: str
             cut_at.append(len(deltas))
             fp.faults = None  # the retry gets the whole stream
 
-        completion = in_one_loop(lambda: llm.complete(LLMRequest(
-            (Message("system", "You are DA, the agent."), Message("user", "go")),
-            meta={"role": "DA"}, notify=notify, on_delta=on_delta)))
+        async def main() -> Completion:
+            return await llm.complete(LLMRequest(
+                (Message("system", "You are DA, the agent."), Message("user", "go")),
+                meta={"role": "DA"}, notify=notify, on_delta=on_delta))
+
+        completion = anyio.run(main)
 
     assert len(cut_at) == 1 and 0 < cut_at[0] < len(deltas)
     partial = "".join(d.text for d in deltas[:cut_at[0]])

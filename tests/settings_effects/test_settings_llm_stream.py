@@ -14,7 +14,6 @@ import pytest
 from gliding.config.settings import Settings
 from gliding.core.messages import Completion, Message
 from gliding.daemon.models import build_llm
-from gliding.llm.hosted import _litellm
 from gliding.llm.port import Delta, LLMRequest
 from gliding.testing.fake_provider import FakeProvider
 from tests.settings_effects.effects_support import settings_from
@@ -48,12 +47,9 @@ def ask(settings: Settings) -> tuple[Completion, list[Delta]]:
         deltas.append(delta)
 
     async def main() -> Completion:
-        try:
-            return await build_llm("openai/fake-model", settings).complete(LLMRequest(
-                (Message("system", "You are DA, the agent."), Message("user", "go")),
-                meta={"role": "DA"}, on_delta=on_delta))
-        finally:
-            await _litellm().close_litellm_async_clients()
+        return await build_llm("openai/fake-model", settings).complete(LLMRequest(
+            (Message("system", "You are DA, the agent."), Message("user", "go")),
+            meta={"role": "DA"}, on_delta=on_delta))
 
     return anyio.run(main), deltas
 

@@ -13,6 +13,7 @@
   const eventNames = meta("gliding-events").split(" ").filter(Boolean);
   const statuses = new Map();  // job -> its last status (a finished job's is kept)
   let current = null;  // the job shown: {job, stream, lastSeq, calls, roles}
+  let jobsShown = "";  // what the job list shows, to redraw it only when that changes
 
   function meta(name) {
     const found = document.querySelector(`meta[name="${name}"]`);
@@ -108,6 +109,10 @@
         statuses.set(job.job, { ...job, progress: null });
       }
     }));
+    const shown = listed.jobs.map((job) => statuses.get(job.job) || job);
+    const signature = JSON.stringify([current && current.job, shown]);
+    if (signature === jobsShown) return;  // unchanged: the rows stay as they are
+    jobsShown = signature;
     const body = $("jobs").tBodies[0];
     clear(body);
     for (const job of listed.jobs) {
@@ -132,7 +137,7 @@
 
   function openJob(job) {
     if (current && current.stream) current.stream.close();
-    current = { job, stream: null, lastSeq: 0, calls: [], roles: new Map() };
+    current = { job, stream: null, lastSeq: 0, calls: [], roles: new Map(), approvals: "" };
     $("job-panel").hidden = false;
     $("job-title").textContent = `Job ${job}`;
     for (const id of ["events", "pipeline", "board", "board-properties", "iri-content", "iri-meta"]) clear($(id));
@@ -385,6 +390,9 @@
       return;
     }
     if (current !== shown) return;
+    const signature = JSON.stringify(found.approvals);
+    if (signature === shown.approvals) return;  // unchanged: a note being typed stays
+    shown.approvals = signature;
     const box = $("approvals");
     clear(box);
     const waiting = found.approvals.filter((a) => !a.answer);
@@ -412,6 +420,7 @@
             showError("");
           } catch (err) {
             showError(err.message);
+            approve.disabled = deny.disabled = false;
           }
           refreshApprovals();
         });
