@@ -94,9 +94,8 @@ def progress(quiet: bool) -> Any:
     def show(event: Any) -> None:
         if quiet:
             return
-        lines = streams.take(event)
-        if lines is None:
-            lines = [*streams.flush(), progress_line(event)]
+        taken = streams.take(event)  # None: not a streamed event
+        lines = [*taken] if taken is not None else [*streams.flush(), progress_line(event)]
         for line in lines:
             if line:
                 say(line, event="job.progress", kind=event.event, job=event.job,

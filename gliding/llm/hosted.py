@@ -39,7 +39,7 @@ import anyio
 
 from gliding.core.messages import Completion, Message, ToolCall, Usage
 from gliding.core.prices import Price, call_cost, per_million
-from gliding.errors import LLMError, ProviderError
+from gliding.errors import LLMError
 from gliding.llm.faults import provider_error
 from gliding.llm.port import Delta, LLMRequest
 
@@ -220,8 +220,9 @@ def stream_deltas(chunk: Any, tools: dict[int, str]) -> list[Delta]:
         for call in getattr(delta, "tool_calls", None) or ():
             function = getattr(call, "function", None)
             index = int(getattr(call, "index", 0) or 0)
-            if getattr(function, "name", None):
-                tools[index] = str(function.name)
+            name = getattr(function, "name", None)
+            if name:
+                tools[index] = str(name)
             arguments = getattr(function, "arguments", None)
             if arguments:
                 out.append(Delta(str(arguments), tools.get(index, "")))

@@ -27,7 +27,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from gliding.bus.messages import JobEvent
 from gliding.config.settings import Settings
 from gliding.config.task import Task, load_task, load_task_text
-from gliding.core.events import JobStarted
+from gliding.core.events import JobStarted, ModelDelta, ModelDiscarded
 from gliding.core.ids import new_job_id
 from gliding.core.iri import job_iri, parse_iri
 from gliding.core.text import error_line, traceback_text
@@ -64,6 +64,8 @@ class _Run:
     def on_event(self, event: JobEvent) -> None:
         if event.event == JobStarted.name:  # its archive is written by then
             self.started.set()
+        if event.event in (ModelDelta.name, ModelDiscarded.name):
+            return  # streamed model text: too many pieces for progress notifications
         for send in list(self.watchers):
             try:
                 send.send_nowait(event)

@@ -24,7 +24,7 @@ from gliding.config.task import load_task
 from gliding.daemon.compose import JobHandle, resume_job, run_job
 from gliding.memory.archive.store import Archive
 from gliding.testing.fake_provider import FakeProvider, FaultPlan
-from tests.cli.cli_support import clean_env, gliding_script
+from tests.cli.cli_support import clean_env, gliding_script, invoke
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]
 
@@ -212,3 +212,16 @@ def test_gliding_logs_shows_the_streamed_reply_of_a_daemon_job(
     assert json.loads(text)["content"] == CONTENT
     assert all(r.json()["stream"] is True and r.json()["stream_options"] == {
         "include_usage": True} for r in fp.requests)
+
+
+def test_gliding_run_shows_the_streamed_reply_before_each_turn(
+        tmp: Path, fp: FakeProvider) -> None:
+    result = invoke(["run", "task.yaml", "--data-dir", "data"], cwd=tmp, env={
+        "GLIDING_LLM__API_BASE": fp.url, "GLIDING_MEMORY__VECTORS__ENABLED": "false"})
+    assert result.code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    streamed_at = [i for i, line in enumerate(lines) if "[DA turn 1] ▸ write_file " in line]
+    turn_at = next(i for i, line in enumerate(lines) if "[DA turn 1] write_file(" in line)
+    assert streamed_at and max(streamed_at) < turn_at
+    assert "Hello, streamed world!" in "".join(lines[i] for i in streamed_at)
+    assert any("[DA turn 2] ▸ finish " in line for line in lines)

@@ -60,7 +60,7 @@ def test_a_live_job_finds_and_calls_a_filesystem_tool_on_demand_with_the_same_to
 
     with FakeProvider(replies(ws / NOTE, on_demand=True)) as fp:
         # whole replies: litellm writes a streamed Anthropic body with other JSON separators
-        # than the compact ones the bench counts (the same bytes on every call either way)
+        # (", ", ": ") than the compact ones the bench counts
         llm = Recording(HostedLLM(model, timeout_s=30, api_base=fp.url, api_key="dummy",
                                   stream=False))
         handle = anyio.run(lambda: run_job(task, settings, llm=llm))

@@ -13,8 +13,12 @@ import pytest
 
 from gliding.testing.servers import Mosquitto
 from tests.settings_effects.test_settings_traces import Receiver
-from tests.workers.test_remote_agents import REPLIES, TASK, run_with_workers
-from tests.workers.test_remote_agents import broker  # noqa: F401 - the fixture
+from tests.workers.test_remote_agents import (
+    REPLIES,
+    TASK,
+    broker,  # noqa: F401 - the fixture
+    run_with_workers,
+)
 
 pytest.importorskip("opentelemetry.sdk")
 
