@@ -87,6 +87,11 @@ def _litellm() -> Any:
     for lazy in LITELLM_LAZY_IMPORTS:
         with contextlib.suppress(ImportError):
             importlib.import_module(lazy)
+    # and the pydantic models it builds on its first answer (its response, usage and cost
+    # types: 0.1-0.4 s of CPU on a loaded machine): a mock answer builds them, sends nothing
+    with contextlib.suppress(Exception):
+        litellm.completion(model="openai/gpt-4o-mini", mock_response="ok",
+                           messages=[{"role": "user", "content": "warm up"}])
     _LOADED[:] = [litellm]
     return litellm
 
