@@ -23,7 +23,6 @@ wall time budget (the loop moves the budget's start by it).
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import os
@@ -50,6 +49,8 @@ NOTE_CHARS = 2000  # a person's note, at most
 SHOWN_CHARS = 600  # the arguments as an event shows them
 # a command with one of these may run more than the pattern matched (; && | $( ` > ...)
 _CHAINING = frozenset(";&|<>$`(){}\n\r")
+_CHAIN_SPLIT = re.compile("([" + re.escape(";&|<>$`(){}") + "])")
+MAX_MATCHED = 10_000  # a longer command or path matches no rule (and asks)
 
 
 def approval_id(session: str, turn: int) -> str:
@@ -86,7 +87,7 @@ def asks(policies: Sequence[ApprovalPolicy], tool: str, arguments: Mapping[str, 
 def matches(rule: ApprovalRule, tool: str, arguments: Mapping[str, Any],
             workspace: Path) -> bool:
     """Whether ``rule`` allows the call: every field it gives matches."""
-    if not fnmatch.fnmatchcase(tool, rule.tool):
+    if not glob(tool, rule.tool):
         return False
     if rule.command is not None:
         command = arguments.get("command")
@@ -102,36 +103,60 @@ def matches(rule: ApprovalRule, tool: str, arguments: Mapping[str, Any],
             host = urlsplit(url).hostname if isinstance(url, str) else None
         except ValueError:
             host = None
-        if not host or not fnmatch.fnmatchcase(host.lower(), rule.host.lower()):
+        if not host or not glob(host.lower(), rule.host.lower()):
             return False
     return True
 
 
+def glob(text: str, pattern: str) -> bool:
+    """Whether all of ``text`` matches ``pattern``: ``*`` any run of characters, ``?`` any one,
+    every other character itself (no ``[...]`` classes). Greedy with one backtracking point:
+    at most len(text) * len(pattern) steps, never the exponential backtracking a regular
+    expression of several stars can take on a long text that does not match."""
+    t = p = 0
+    star, mark = -1, 0
+    while t < len(text):
+        if p < len(pattern) and pattern[p] == "*":
+            star, mark, p = p, t, p + 1
+        elif p < len(pattern) and pattern[p] in ("?", text[t]):
+            t, p = t + 1, p + 1
+        elif star >= 0:  # the last star takes one more character
+            mark += 1
+            t, p = mark, star + 1
+        else:
+            return False
+    return pattern[p:].strip("*") == ""
+
+
 def command_matches(command: str, pattern: str) -> bool:
     """Whether the whole ``command`` (runs of blanks read as one space) matches ``pattern``,
-    whose ``*`` and ``?`` never stand for a character that could run more than the pattern
-    says: ; & | < > $ ` ( ) { } (those match only where the pattern has them literally). A
-    command of several lines never matches."""
-    free = "[^" + re.escape("".join(sorted(_CHAINING))) + "]"
-    regex = "".join(f"{free}*" if c == "*" else free if c == "?" else re.escape(c)
-                    for c in " ".join(pattern.split()))
-    if "\n" in command or "\r" in command:  # two commands, whatever the pattern
+    whose ``*`` and ``?`` never stand for ; & | < > $ ` ( ) { }: those match only where the
+    pattern has them literally, in the same order. A command of several lines, or of over
+    ``MAX_MATCHED`` characters, never matches."""
+    if "\n" in command or "\r" in command or len(command) > MAX_MATCHED:
         return False
-    return re.fullmatch(regex, " ".join(command.split())) is not None
+    text, wanted = _CHAIN_SPLIT.split(" ".join(command.split())), \
+        _CHAIN_SPLIT.split(" ".join(pattern.split()))
+    # [part, char, part, char, ...]: the chaining characters must be the pattern's own
+    return len(text) == len(wanted) and all(
+        glob(part, want) if n % 2 == 0 else part == want
+        for n, (part, want) in enumerate(zip(text, wanted, strict=True)))
 
 
 def _path_matches(path: str, pattern: str, workspace: Path) -> bool:
-    """``path`` (as a tool reads it: relative to the workspace) against ``pattern``: relative
-    patterns match normalised paths inside the workspace, absolute ones absolute paths."""
-    if "\0" in path:
+    """``path`` (as a tool reads it: relative to the workspace) against ``pattern``, as the
+    tool will reach it (symlinks followed, blocking): relative patterns match real paths
+    inside the workspace, relative to its real path; absolute ones the real path."""
+    if "\0" in path or len(path) > MAX_MATCHED:
         return False
-    full = os.path.normpath(os.path.join(workspace, path))
+    root = os.path.realpath(workspace)
+    full = os.path.realpath(os.path.join(root, path))
     if os.path.isabs(pattern):
-        return fnmatch.fnmatchcase(full, os.path.normpath(pattern))
-    inside = os.path.relpath(full, workspace)
+        return glob(full, os.path.normpath(pattern))
+    inside = os.path.relpath(full, root)
     if inside == ".." or inside.startswith("../") or os.path.isabs(inside):
         return False
-    return fnmatch.fnmatchcase(inside, pattern)
+    return glob(inside, pattern)
 
 
 @dataclass(frozen=True)
@@ -141,7 +166,9 @@ class Verdict:
     approved: bool
     note: str
     by: str  # "person", or "timeout"
-    waited_s: float  # how long this run of the job waited for it
+    # the time to take off the wall time budget: when this was the last of the job's calls
+    # waiting side by side, how long some call waited; else 0
+    waited_s: float
 
     def outcome_text(self, timeout_s: float) -> str:
         """What the model reads: the refusal for a call not run, or what follows the output
@@ -169,6 +196,8 @@ class Approvals:
     monotonic: Callable[[], float]
     wall: Callable[[], float] = time.time  # deadlines outlive the process: wall clock
     poll_s: float = POLL_S
+    _waits: int = 0  # calls of this job waiting here now
+    _since: float = 0.0  # when the first of them began to wait
 
     def asks(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
         return asks(self.policies, tool, arguments, self.workspace)
@@ -181,7 +210,8 @@ class Approvals:
         Raises:
             ArchiveError: the archive cannot be read or written.
         """
-        reason = self.asks(tool, arguments)
+        # off the loop: path rules read the file system, and many long rules take a while
+        reason = await anyio.to_thread.run_sync(self.asks, tool, arguments)
         if reason is None:
             return None
         ident, bound = approval_id(session, turn), digest(tool, arguments)
@@ -199,21 +229,29 @@ class Approvals:
         deadline = record.get("deadline")
         if not isinstance(deadline, int | float):  # a damaged request: the timeout from now
             deadline = self.wall() + self.timeout_s
-        started = self.monotonic()
         answer = await self._answer(ident)
+        held = 0.0
         if answer is None:
             await self.publish(events.ApprovalRequested(
                 session=session, turn=turn, approval=ident, tool=tool,
                 arguments=one_line(json.dumps(dict(arguments), ensure_ascii=False),
                                    SHOWN_CHARS),
                 digest=bound, reason=reason, deadline=float(deadline)))
-            answer = await self._wait(ident, float(deadline), bound)
+            if not self._waits:
+                self._since = self.monotonic()
+            self._waits += 1
+            try:
+                answer = await self._wait(ident, float(deadline), bound)
+            finally:
+                self._waits -= 1
+                # the time some call of the job waited, credited once when the last wait ends
+                # (waits side by side are not counted twice)
+                held = 0.0 if self._waits else self.monotonic() - self._since
         approved = answer.get("approved") is True and answer.get("digest") == bound
         note = str(answer.get("note") or "")[:NOTE_CHARS]
         if answer.get("approved") is True and not approved:
             note = "the approval was given for other arguments than this call's"
-        verdict = Verdict(approved, note, str(answer.get("by") or "person"),
-                          self.monotonic() - started)
+        verdict = Verdict(approved, note, str(answer.get("by") or "person"), held)
         await self.publish(events.ApprovalAnswered(
             session=session, turn=turn, approval=ident, approved=verdict.approved,
             by=verdict.by, note=one_line(verdict.note, SHOWN_CHARS) or None))
@@ -290,8 +328,9 @@ def answer(archive: Archive, ident: str | None, *, approve: bool, note: str = ""
 
     Raises:
         UsageError: no ``ident`` while none or several wait, or the note is too long.
-        NotFoundError: no such request. JobStateError: it was answered already, or ``bound``
-            is not the digest of the call it asks about (the person saw another call).
+        NotFoundError: no such request. JobStateError: it was answered already, it is past
+            its deadline (denied), or ``bound`` is not the digest of the call it asks about
+            (the person saw another call).
         ArchiveError: the archive cannot be read or written.
     """
     if len(note) > NOTE_CHARS:
@@ -314,11 +353,17 @@ def answer(archive: Archive, ident: str | None, *, approve: bool, note: str = ""
         raise JobStateError(f"approval {ident} of job {archive.job} was answered already "
                             f"({'approved' if found['answer']['approved'] else 'denied'} by "
                             f"{found['answer']['by']})")
+    at = time.time() if now is None else now
+    deadline = found["deadline"]
+    if isinstance(deadline, int | float) and at > deadline:
+        raise JobStateError(f"approval {ident} of job {archive.job} is past its deadline "
+                            "(approvals.timeout_s): the call is denied",
+                            hint="the agent is told so when the job runs on")
     if bound is not None and bound != found["digest"]:
         raise JobStateError(f"approval {ident} asks about another call than the one you saw "
                             "(its digest differs)", hint="look at the request again")
     record = {"approved": approve, "digest": found["digest"], "by": "person", "note": note,
-              "at": time.time() if now is None else now}
+              "at": at}
     try:
         archive.put(answer_iri(archive.job, ident), json.dumps(record),
                     kind="approval-answer", meta={"by": "person"})

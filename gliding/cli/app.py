@@ -94,8 +94,9 @@ def resume(
 ) -> None:
     """Continue an interrupted job from its last journaled step (archived model turns and
     tool results are replayed, not paid for or run again). With a daemon serving the data
-    directory, the daemon queues it again (an interrupted, paused or cancelled job of its
-    queue) and this prints its new state."""
+    directory, a job of its queue is queued there again (an interrupted, paused or cancelled
+    one): this prints its new state and exits 0 (gliding submit's --wait, or gliding logs -f,
+    follows it); any other job resumes here."""
     import anyio
 
     from gliding.cli.client import DaemonClient
@@ -108,13 +109,19 @@ def resume(
     job_iri(job)  # a bad job id is exit 2 before anything is opened
     client = DaemonClient.find(settings.data_dir)
     if client is not None:
-        with client:
-            queued = client.resume(job)
-        from gliding.core.logs import terminal_safe
+        from gliding.errors import NotFoundError
 
-        typer.echo(json_text(queued, indent=None) if json_out else
-                   terminal_safe(f"{queued['job']} {queued['state']} (the daemon runs it on)"))
-        raise typer.Exit(0)
+        try:
+            with client:
+                queued = client.resume(job)
+        except NotFoundError:  # not a job of the daemon's queue (a `gliding run` one): here
+            queued = None
+        if queued is not None:
+            from gliding.core.logs import terminal_safe
+
+            typer.echo(json_text(queued, indent=None) if json_out else terminal_safe(
+                f"{queued['job']} {queued['state']} (the daemon runs it on)"))
+            raise typer.Exit(0)
     show = progress(quiet)
     with private_files(settings.data_dir):
         handle = anyio.run(lambda: resume_job(job, settings, on_event=show))

@@ -346,49 +346,49 @@ def interrupt(
 @app.command()
 def approve(
     job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
-    approval: str | None = typer.Option(None, "--id", help=(
-        "Which waiting call (gliding status JOB lists them); needed when several wait.")),
+    approval: str = typer.Option(..., "--id", help=(
+        "The waiting call, as gliding status JOB names it (DA-3): the answer binds to it.")),
     note: str = typer.Option("", "--note", help="What to tell the agent with the answer."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
 ) -> None:
-    """Approve a tool call of a job waiting for a person: it runs, with exactly the
-    arguments shown."""
+    """Approve a tool call of a job waiting for a person (--id, as gliding status JOB shows
+    it): it runs with exactly the arguments its request holds (gliding status JOB --json
+    shows them whole)."""
     _answer(job, approval, note, data_dir, approve=True)
 
 
 @app.command()
 def deny(
     job: str = typer.Argument(..., help="The job id (see gliding jobs)."),
-    approval: str | None = typer.Option(None, "--id", help=(
-        "Which waiting call (gliding status JOB lists them); needed when several wait.")),
+    approval: str = typer.Option(..., "--id", help=(
+        "The waiting call, as gliding status JOB names it (DA-3): the answer binds to it.")),
     note: str = typer.Option("", "--note", help="Why not, or what to do instead (the agent "
                                                  "reads it)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="The daemon's data dir."),
 ) -> None:
-    """Deny a tool call of a job waiting for a person: it is not run, and the agent is told
-    (with the note)."""
+    """Deny a tool call of a job waiting for a person (--id, as gliding status JOB shows
+    it): it is not run, and the agent is told (with the note)."""
     _answer(job, approval, note, data_dir, approve=False)
 
 
-def _answer(job: str, approval: str | None, note: str, data_dir: Path | None, *,
+def _answer(job: str, approval: str, note: str, data_dir: Path | None, *,
             approve: bool) -> None:
-    """Answer the waiting call the person names (or the only one), bound to the digest of
-    the call this command shows, so that what runs is what was seen."""
+    """Answer the waiting call the person names. An id is one turn's call for good (a later
+    call has another), so the answer binds to the call the person saw listed; its digest
+    goes with it."""
     from gliding.core.logs import terminal_safe
     from gliding.daemon.render import approval_text
     from gliding.errors import UsageError
 
     _settings_, client = _client(data_dir)
     with client:
-        waiting = [a for a in client.approvals(job) if a["answer"] is None
-                   and (approval is None or a["approval"] == approval)]
-        if len(waiting) != 1:
-            ids = ", ".join(a["approval"] for a in waiting)
-            raise UsageError(
-                f"job {job} has no call waiting for approval"
-                + (f" with id {approval}" if approval else "") if not waiting else
-                f"job {job} has {len(waiting)} calls waiting for approval ({ids})",
-                hint="gliding status JOB lists them; name one with --id" if waiting else None)
+        every = client.approvals(job)
+        waiting = [a for a in every if a["answer"] is None and a["approval"] == approval]
+        if not waiting:
+            ids = ", ".join(a["approval"] for a in every if a["answer"] is None)
+            raise UsageError(f"job {job} has no call waiting for approval with id {approval}",
+                             hint=f"waiting now: {ids}" if ids else
+                             "gliding status JOB lists the calls waiting")
         found = client.answer(job, waiting[0]["approval"], approve=approve, note=note,
                               digest=waiting[0]["digest"])
     verdict = "approved" if approve else "denied"

@@ -502,15 +502,16 @@ ApprovalAsk = Literal["nothing", "unmatched", "everything"]
 class ApprovalRule(_Section):
     """Calls a person need not approve (``gliding/agents/approvals.py``; docs/config.md,
     "Approvals"): every field given must match; a field whose argument the call lacks does
-    not match. Patterns are shell-style (``fnmatch``: ``*`` matches ``/`` and spaces too)."""
+    not match. Patterns have ``*`` (any run of characters, ``/`` and spaces too) and ``?``
+    (any one); every other character matches itself."""
 
-    tool: str = Field("*", min_length=1, max_length=200)  # the tool's name
+    tool: str = Field(min_length=1, max_length=200)  # the tool's name (a pattern: `*` any)
     # a shell command (the ``command`` argument), matched whole; one with ; & | < > $ ` ( )
     # { } or a line break never matches (it could chain another command after the allowed one)
-    command: str | None = Field(None, min_length=1, max_length=2000)
+    command: str | None = Field(None, min_length=1, max_length=500)
     # the ``path`` argument, normalised: a relative pattern matches paths inside the workspace
     # (relative to it), an absolute one the absolute path
-    path: str | None = Field(None, min_length=1, max_length=2000)
+    path: str | None = Field(None, min_length=1, max_length=500)
     host: str | None = Field(None, min_length=1, max_length=300)  # the ``url`` argument's host
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from gliding.memory.archive.store import Archive
 from gliding.tools import workspace_history
 from gliding.tools.snapshot import fingerprint
 
-_STEP = re.compile(r"^(?:gliding://job/[^/]+/turn/)?([A-Za-z][\w.\-]*)/([0-9]{1,6})$")
+_STEP = re.compile(r"^(?:gliding://job/([^/]+)/turn/)?([A-Za-z][\w.\-]*)/([0-9]{1,6})$")
 
 
 @dataclass
@@ -51,6 +51,8 @@ class Snapshots:
     data_dir: Path
     job_dir: Path  # where the job's archive is: its git index lives there
     _mark: str = ""  # of the newest snapshot taken
+    # sessions side by side share the job's git index: one snapshot at a time
+    _one: anyio.Lock = field(default_factory=anyio.Lock)
 
     async def start(self) -> None:
         """Snapshot the workspace as the job (re)starts (a resume: as it is now)."""
@@ -66,6 +68,10 @@ class Snapshots:
         return str(record_iri(self.job, "snapshot", name))
 
     async def _take(self, name: str) -> None:
+        async with self._one:
+            await self._take_now(name)
+
+    async def _take_now(self, name: str) -> None:
         try:
             taken = await anyio.to_thread.run_sync(
                 workspace_history.record, self.data_dir / workspace_history.STORE,
@@ -85,18 +91,20 @@ class Snapshots:
                 meta={"tree": taken.tree, "mark": self._mark})
 
 
-def step_name(at: str) -> tuple[str, int]:
-    """``(session, turn)`` of a STEP (``DA/3``, ``DA.1.s2/4`` or a turn's IRI).
+def step_name(at: str, job: str) -> tuple[str, int]:
+    """``(session, turn)`` of a STEP of ``job`` (``DA/3``, ``DA.1.s2/4`` or a turn's IRI).
 
     Raises:
-        UsageError: it names no turn.
+        UsageError: it names no turn, or a turn of another job.
     """
     m = _STEP.match(at.strip())
     if m is None:
         raise UsageError(f"--at {at!r} names no step",
                          hint="give a turn, e.g. DA/3 (gliding logs JOB shows them: "
                               "[DA turn 3])")
-    return m.group(1), int(m.group(2))
+    if m.group(1) is not None and m.group(1) != job:
+        raise UsageError(f"--at {at!r} is a step of job {m.group(1)}, not of {job}")
+    return m.group(2), int(m.group(3))
 
 
 def fork_archive(old: Archive, new: Archive, at: str, workspace: Path,
@@ -110,7 +118,7 @@ def fork_archive(old: Archive, new: Archive, at: str, workspace: Path,
             holds the workspace of that step (nothing is written then), or ``workspace`` is
             not a new or empty directory. NotFoundError: no such turn. ArchiveError.
     """
-    session, turn = step_name(at)
+    session, turn = step_name(at, old.job)
     old_id, new_id = old.job, new.job
     turn_key = f"gliding://job/{old_id}/turn/{session}/{turn}"
     items = old.list()

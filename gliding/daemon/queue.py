@@ -169,7 +169,13 @@ class JobQueue:
             if version < 2 and self._db.execute(
                     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'"
                     ).fetchone():
-                _rebuild(self._db)
+                try:
+                    _rebuild(self._db)
+                except sqlite3.Error as exc:  # a table without the columns it should have
+                    raise QueueDamaged(f"the job queue {path} is damaged or not a queue: it "
+                                       f"cannot be upgraded: {exc}",
+                                       hint="move it away; the jobs' archives keep their "
+                                            "data") from exc
             self._db.executescript(_SCHEMA)
             _check(self._db, path)
             if version < QUEUE_VERSION:

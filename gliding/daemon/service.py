@@ -116,8 +116,10 @@ class _Active:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     reason: str = ""  # "cancel", "pause" or "shutdown" once its scope is cancelled
 
-    def cancel(self, reason: str) -> None:
-        self.reason = self.reason or reason
+    def cancel(self, reason: str, *, override: tuple[str, ...] = ()) -> None:
+        """Stop the run for ``reason``; the first reason stands, unless it is one of
+        ``override`` (a cancel after an interrupt: the job ends cancelled, not paused)."""
+        self.reason = reason if not self.reason or self.reason in override else self.reason
         self.scope.cancel()
 
 
@@ -141,6 +143,7 @@ class JobService:
         self._tg: TaskGroup | None = None
         self._active: dict[str, _Active] = {}
         self._steering = anyio.Lock()  # one steer written at a time: they are numbered
+        self._forking = anyio.Lock()  # one fork written at a time
         self.events_log = EventLog(self.data_dir, now)
         self._wake_dispatch = anyio.Event()
         self._jobs_done = anyio.Event()
@@ -302,7 +305,7 @@ class JobService:
             raise ServiceStopping("the daemon is stopping: it takes no new jobs",
                                   hint="fork once it runs again")
         old = await self.get(job)
-        fork.step_name(at)  # a bad step is refused before anything is looked at
+        fork.step_name(at, job)  # a bad step is refused before anything is looked at
         new_id = new_job_id(self._now())
         while archive_path(self.data_dir, new_id).exists():  # drawn twice in one second
             await anyio.sleep(0.01)
@@ -311,25 +314,38 @@ class JobService:
             raise UsageError(f"the fork's workspace must be an absolute path, got {workspace!r}")
         dest = Path(workspace) if workspace else Path(f"{old.workspace}-fork-{new_id[-6:]}")
 
-        def write() -> dict[str, Any]:
-            existed = dest.exists()
-            try:
-                with Archive.open(self.data_dir, job, create=False) as before:
-                    task = task_from_record(before.get_meta("task_record") or {})
-                    refuse_workspace(dataclasses.replace(task, workspace=dest), self.settings)
-                    with Archive.open(self.data_dir, new_id, create=True) as after:
-                        return fork.fork_archive(before, after, at, dest, self.data_dir)
-            except BaseException:
-                shutil.rmtree(archive_path(self.data_dir, new_id).parent, ignore_errors=True)
-                if not existed:
-                    shutil.rmtree(dest, ignore_errors=True)
-                raise
+        existed = dest.exists()
+        was_empty = existed and dest.is_dir() and not dest.is_symlink() and not any(
+            dest.iterdir())
 
-        async with self._steering:  # one fork written at a time
-            held = await anyio.to_thread.run_sync(write)
-        entry: QueuedJob = await self._q(
-            self.queue.add, new_id, name=old.name, task=old.task, base_dir=old.base_dir,
-            workspace=str(dest), goal=old.goal, model=old.model, now=self._now())
+        def write() -> dict[str, Any]:
+            with Archive.open(self.data_dir, job, create=False) as before:
+                task = task_from_record(before.get_meta("task_record") or {})
+                refuse_workspace(dataclasses.replace(task, workspace=dest), self.settings)
+                with Archive.open(self.data_dir, new_id, create=True) as after:
+                    return fork.fork_archive(before, after, at, dest, self.data_dir)
+
+        def undo() -> None:  # nothing of a fork that failed is left
+            shutil.rmtree(archive_path(self.data_dir, new_id).parent, ignore_errors=True)
+            if not existed:
+                shutil.rmtree(dest, ignore_errors=True)
+            elif was_empty:  # empty it again
+                for child in dest.iterdir():
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
+
+        try:
+            async with self._forking:  # one fork written at a time
+                held = await anyio.to_thread.run_sync(write)
+            entry: QueuedJob = await self._q(
+                self.queue.add, new_id, name=old.name, task=old.task, base_dir=old.base_dir,
+                workspace=str(dest), goal=old.goal, model=old.model, now=self._now())
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(undo)
+            raise
         await self.events_log.emit(new_id, events.JobQueued(
             name_=old.name, goal=clip(old.goal, 300), model=old.model, resume=True))
         log.info("daemon.job.forked", job=new_id, forked_from=job, step=held["step"])
@@ -432,10 +448,18 @@ class JobService:
                     if entry.state == q.RUNNING:
                         entry = await self._q(self.queue.move, job, q.CANCELLING,
                                               allowed=(q.RUNNING,))
-                    if job in self._active:
-                        self._active[job].cancel("cancel")
+                    if job in self._active:  # a cancel overrides a pause on its way
+                        self._active[job].cancel("cancel", override=("pause",))
                     return entry
                 if entry.state == q.CANCELLING:
+                    return entry
+                if entry.state == q.PAUSED:
+                    entry = await self._q(self.queue.move, job, q.CANCELLED, now=self._now(),
+                                          allowed=(q.PAUSED,), error="cancelled while paused")
+                    await anyio.to_thread.run_sync(_record_stop, self.data_dir, job,
+                                                   CANCELLED_BY)  # what a rebuild reads
+                    await self.events_log.emit(job, events.JobCancelled(ran=True))
+                    self.events_log.close_subscribers(job)
                     return entry
                 if entry.state == q.INTERRUPTED:
                     entry = await self._q(self.queue.move, job, q.CANCELLED, now=self._now(),

@@ -10,12 +10,17 @@ job's own, then ``git write-tree``: unchanged files cost nothing) and returns th
 every file's size and mtime; the caller archives both in L0 (``snapshot`` entries), so a
 snapshot belongs to the step that made it. ``restore`` writes a tree into an empty directory
 and gives each file its recorded mtime back, so the restored workspace has the very mark the
-step recorded (a resumed fork sees no change behind its back).
+step recorded (a resumed fork sees no change behind its back), unless a snapshot left some out
+(below).
 
-What a snapshot leaves out: files the workspace's ``.gitignore`` files ignore, a nested
-repository's ``.git`` directory (git never adds one), empty directories, the data directory
-when it lies in the workspace, and every file of a workspace over ``MAX_FILES`` files or
-``MAX_BYTES`` bytes (then no snapshot is taken: a fork from that step is refused). git runs
+What a snapshot leaves out: files the workspace's ``.gitignore`` files ignore, the
+workspace's own ``.git``, a directory holding a repository of its own (a clone: git would keep
+a reference, not its files), empty directories, the data directory when it lies in the
+workspace, and every file of a workspace over ``MAX_FILES`` files or ``MAX_BYTES`` bytes (then
+no snapshot is taken: a fork from that step is refused). A restored workspace that misses
+some of these differs from the step's mark, and the forked job says its workspace changed.
+Files are kept byte for byte: the store's own attributes (``AS_THEY_ARE``) override what a
+workspace's ``.gitattributes`` asks for (end-of-line conversion, ``$Id$``, filters). git runs
 with no system or global config, no hooks and no prompts, so nothing in the workspace decides
 what runs.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +40,9 @@ from gliding.tools.snapshot import MAX_FILES, Snapshot, snapshot
 MAX_BYTES = 512 << 20  # a workspace larger than this is not snapshotted
 GIT_TIMEOUT_S = 120.0
 STORE = "workspaces.git"  # in the data directory
+# the store's info/attributes: no end-of-line conversion, $Id$ expansion, filter or encoding a
+# workspace's .gitattributes asks for; a file is kept, and restored, byte for byte
+AS_THEY_ARE = "* -text -eol -ident -filter -working-tree-encoding\n"
 INDEX = "workspace.index"  # in the job's directory
 
 
@@ -70,6 +79,18 @@ def _git(env: dict[str, str], *args: str, stdin: bytes | None = None) -> bytes:
     return done.stdout
 
 
+def nested_repositories(files: Snapshot) -> list[str]:
+    """The directories of ``files`` (workspace-relative) that hold a git repository of their
+    own (a ``.git`` directory with a HEAD, or a ``.git`` file), the workspace's own left out."""
+    roots = set()
+    for path in files:
+        parts = path.split(os.sep)
+        for n, part in enumerate(parts[1:], start=1):
+            if part == ".git" and (n == len(parts) - 1 or parts[n + 1:] == ["HEAD"]):
+                roots.add(os.sep.join(parts[:n]))
+    return sorted(roots)
+
+
 def record(store: Path, index: Path, workspace: Path, skip: Path | None = None
            ) -> Recorded | None:
     """Add ``workspace`` (without ``skip``, the data directory) to the object store ``store``
@@ -88,12 +109,20 @@ def record(store: Path, index: Path, workspace: Path, skip: Path | None = None
         bare = {k: v for k, v in _env(store, workspace, index).items()
                 if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
         _git(bare, "init", "--bare", "-q", str(store))
+    attributes = store / "info" / "attributes"
+    if not attributes.is_file():  # they win over the workspace's own .gitattributes
+        attributes.parent.mkdir(exist_ok=True)
+        attributes.write_text(AS_THEY_ARE)
     env = _env(store, workspace, index)
     spec = ["--", "."]
     if skip is not None:
         inside = os.path.relpath(os.path.realpath(skip), os.path.realpath(workspace))
         if not inside.startswith(".."):
             spec.append(f":(exclude){inside}")
+    # a repository of its own in the workspace (a clone, or `git init` with no commit, which
+    # git add refuses outright) is left out: git would keep a reference, not its files
+    spec += [f":(exclude){root}" for root in nested_repositories(files)]
+    Path(f"{index}.lock").unlink(missing_ok=True)  # a git killed at its timeout left it
     _git(env, "add", "-A", "--ignore-errors", *spec)
     tree = _git(env, "write-tree").decode().strip()
     return Recorded(tree, files)
@@ -110,13 +139,10 @@ def restore(store: Path, tree: str, files: Snapshot, dest: Path) -> None:
         raise UsageError(f"{dest} exists and is not an empty directory",
                          hint="fork into a new workspace directory (--workspace)")
     dest.mkdir(parents=True, exist_ok=True)
-    index = dest.parent / f".{dest.name}.fork-index"
-    env = _env(store, dest, index)
-    try:
+    with tempfile.TemporaryDirectory(prefix="gliding-fork-") as scratch:
+        env = _env(store, dest, Path(scratch) / "index")
         _git(env, "read-tree", tree)
         _git(env, "checkout-index", "-a", "-f")
-    finally:
-        index.unlink(missing_ok=True)
     for path, (_size, mtime_ns) in files.items():
         full = dest / path
         if full.is_file() and not full.is_symlink():

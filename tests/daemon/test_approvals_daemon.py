@@ -168,3 +168,15 @@ def test_the_wait_is_not_charged_to_the_wall_time_budget(tmp_path: Path) -> None
     done = anyio.run(main)
     assert done["outcome"] == "success", done
     assert (tmp_path / "ws" / "trace.txt").read_text().split() == ["step-1", "step-2"]
+
+
+def test_an_answer_past_the_deadline_is_refused(tmp_path: Path) -> None:
+    from gliding.agents.approvals import request_iri
+
+    with Archive.open(tmp_path / "data", "job-x", create=True) as archive:
+        archive.put(request_iri("job-x", "DA-2"), json.dumps({
+            "tool": "bash", "arguments": {"command": "ls"}, "digest": "d" * 64,
+            "deadline": 100.0}), kind="approval")
+        with pytest.raises(JobStateError, match="past its deadline"):
+            answer(archive, "DA-2", approve=True, now=101.0)
+        assert answer(archive, "DA-2", approve=False, now=99.0)["answer"]["approved"] is False

@@ -58,7 +58,7 @@ def test_a_waiting_job_survives_kill9_and_goes_on_when_answered(tmp_path: Path) 
     daemon, _info = start_daemon(tmp_path, "daemon2.log")
     try:
         waiting_line(tmp_path, job, "DA-2")  # resumed, and waiting again
-        said = gliding(tmp_path, "approve", job, "--note", "step 2 is fine")
+        said = gliding(tmp_path, "approve", job, "--id", "DA-2", "--note", "step 2 is fine")
         assert said.returncode == 0, said.stderr
         assert said.stdout.strip() == (f'{job} DA-2 approved: bash {{"command": "echo step-2 '
                                        '>> trace.txt"}')
@@ -66,7 +66,7 @@ def test_a_waiting_job_survives_kill9_and_goes_on_when_answered(tmp_path: Path) 
         twice = gliding(tmp_path, "approve", job, "--id", "DA-2")
         assert twice.returncode == 2 and "no call waiting for approval with id DA-2" in \
             twice.stderr
-        said = gliding(tmp_path, "deny", job, "--note", "three is one too many")
+        said = gliding(tmp_path, "deny", job, "--id", "DA-3", "--note", "three is one too many")
         assert said.returncode == 0, said.stderr
         deadline = time.monotonic() + 120
         while "state:     finished" not in (status := gliding(tmp_path, "status", job).stdout):

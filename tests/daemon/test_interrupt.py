@@ -109,3 +109,39 @@ def test_a_version_1_queue_is_rebuilt_with_every_job_kept(tmp_path: Path) -> Non
     assert db.execute("PRAGMA user_version").fetchone() == (q.QUEUE_VERSION,)
     assert db.execute("SELECT name FROM sqlite_master WHERE name = 'jobs_v1'").fetchone() is None
     db.close()
+
+
+def test_a_paused_job_can_be_cancelled_and_a_cancel_overrides_a_pause(tmp_path: Path) -> None:
+    model = write_replies(tmp_path, "r.yaml", SLOW)
+
+    async def main() -> tuple[dict, dict]:
+        async with serving(tmp_path) as service:
+            first = (await service.submit(TASK.format(workspace="ws"), model=model)).job
+            await wait_event(service, first, "role.started")
+            await service.interrupt(first)
+            await wait_for(service, first, "paused")
+            await service.cancel(first)
+            paused_then_cancelled = await wait_for(service, first, "cancelled")
+            second = (await service.submit(TASK.format(workspace="ws2"), model=model)).job
+            await wait_event(service, second, "role.started")
+            await service.interrupt(second)
+            await service.cancel(second)  # before the pause took: the cancel wins
+            cancelled = await wait_for(service, second, "cancelled", "paused")
+            return paused_then_cancelled, cancelled
+
+    paused_then_cancelled, cancelled = anyio.run(main)
+    assert paused_then_cancelled["error"] == "cancelled while paused"
+    assert cancelled["state"] == "cancelled", cancelled
+    with Archive.open(tmp_path / "data", paused_then_cancelled["job"], create=False) as archive:
+        assert "cancelled" in str(archive.get_meta("stopped_by"))
+
+
+def test_a_damaged_version_1_queue_is_refused_as_damaged(tmp_path: Path) -> None:
+    path = tmp_path / "queue.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE jobs (seq INTEGER PRIMARY KEY, job TEXT)")  # columns missing
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    with pytest.raises(q.QueueDamaged, match="cannot be upgraded"):
+        q.JobQueue(path)
