@@ -202,6 +202,9 @@ class ToolSettings(_Section):
     network: bool = False  # sandboxed commands may use the network (a task may allow it too)
     # true: a job's workspace may lie in a dot-directory of a home (~/.config/x, ~/.aws/x)
     allow_home_dot_workspaces: bool = False
+    # keep the workspace's content after each step in <data_dir>/workspaces.git, for
+    # `gliding fork` (daemon/fork.py); false: no snapshots, and no fork
+    snapshots: bool = True
     limits: LimitSettings = LimitSettings()
     read_page_lines: int = Field(200, ge=1, le=1_000_000)  # lines per read_file page
     read_page_chars: int = Field(1 << 20, ge=1024, le=64 << 20)  # a read_file page, at most

@@ -356,8 +356,9 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
             auth.policy = _no_workers
         port = LocalArchive(archive, settings.data_dir)
         snapshots = fork.Snapshots(port, job, task.workspace, settings.data_dir,
-                                   archive.path.parent)
-        await snapshots.start()
+                                   archive.path.parent) if settings.tools.snapshots else None
+        if snapshots is not None:
+            await snapshots.start()
         budget, checks, mcp, roles, tools = await parts.agent_parts(job, task, settings, j.roles,
                                                               port, rt, j.clock, j.sandbox)
         ingest = None
@@ -383,7 +384,7 @@ async def _execute_grouped(j: _Job, state: SupervisorState, commands: list[Comma
                         began_dir=_began_dir(archive), sandbox=j.sandbox, board=jb,
                         hooks=parts.job_hooks(job, task, settings, j.sandbox, bus),
                         approvals=parts.job_approvals(job, task, settings, port, j.clock, bus),
-                        snapshots=snapshots.after,
+                        snapshots=snapshots.after if snapshots is not None else None,
                         # off the loop: the first one imports the OpenTelemetry SDK
                         tracer=await anyio.to_thread.run_sync(Tracer,
                                                               settings.traces.endpoint))

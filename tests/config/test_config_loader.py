@@ -336,9 +336,10 @@ def test_settings_keys_and_env_names() -> None:
     # issue 20: bus.auth, bus.key_file, bus.max_message_bytes, username, password_file = 5
     # issue 20: mcp.task_pass_env = 1; bus.ca_file (TLS to the broker) = 1
     # loop guard: scheduler.loop_limit = 1; hooks: hooks.run, hooks.allow_task = 2;
-    # traces.endpoint = 1; llm.stream = 1; approvals.ask, approvals.allow, approvals.timeout_s = 3
+    # traces.endpoint = 1; llm.stream = 1; approvals.ask, approvals.allow, approvals.timeout_s = 3;
+    # tools.snapshots = 1
     assert len(keys) == len(set(keys)) == (22 + 36 + 9 + 4 + 5 + 7 + 8 + 3 + 3 + 1 + 5 + 1 + 1
-                                           + 1 + 2 + 1 + 1 + 3)
+                                           + 1 + 2 + 1 + 1 + 3 + 1)
     assert env_var_name(("llm", "local", "n_ctx")) == "GLIDING_LLM__LOCAL__N_CTX"
 
 

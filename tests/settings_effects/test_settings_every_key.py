@@ -234,6 +234,9 @@ EFFECT_TESTS: dict[str, list[str]] = {
     "hooks.allow_task": [
         "test_settings_hooks.test_allow_task_true_runs_a_task_files_hooks",
         "test_settings_hooks.test_allow_task_default_false_logs_a_task_files_hooks_and_runs_none"],
+    "tools.snapshots": [
+        "test_settings_snapshots.test_snapshots_default_true_keeps_each_step_for_a_fork",
+        "test_settings_snapshots.test_snapshots_false_keeps_none_and_a_fork_is_refused"],
     "approvals.ask": [
         "test_settings_approvals.test_ask_default_nothing_runs_every_call_unasked",
         "test_settings_approvals.test_ask_everything_waits_for_each_call_and_an_approved_one_runs"],
