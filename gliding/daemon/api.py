@@ -586,7 +586,12 @@ def build_app(service: JobService, token: str) -> FastAPI:
 
     @v1.post("/dashboard/links", status_code=201, response_model=LinkOut,
              summary="A one-time login link of the web dashboard")
-    async def dashboard_link() -> dict[str, Any]:
+    async def dashboard_link(
+            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+    ) -> dict[str, Any]:
+        if credentials is None:  # a session may not renew itself (nor outlive a logout)
+            raise AuthError("a login link needs the daemon's token, not a dashboard session",
+                            hint="run gliding dashboard on the daemon's host")
         once, expires = sessions.link()
         return {"path": f"/login?once={once}", "expires_at": expires}
 
@@ -607,8 +612,9 @@ def served_app(service: JobService, token: str) -> ASGIApp:
     """The app ``serve`` runs: ``build_app`` with the errors it answered kept from the server.
     Starlette re-raises every error it answered with a 500 (``crashed`` logged it as one
     bounded line), and uvicorn would log it again, as a whole traceback with the whole
-    message (one provider error carried 806 KB)."""
-    app = build_app(service, token)
+    message (one provider error carried 806 KB). The security headers are added outside
+    Starlette's error middleware too, so a 500 carries them."""
+    app = SecurityHeaders(build_app(service, token))
 
     async def answered(scope: Scope, receive: Receive, send: Send) -> None:
         try:

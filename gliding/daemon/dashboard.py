@@ -158,7 +158,8 @@ def add_pages(app: FastAPI, sessions: Sessions, token: str, event_names: Iterabl
         shown = f'<p class="error" role="alert">{html.escape(message)}</p>' if message else ""
         return _page(login.replace("{{message}}", shown), status)
 
-    def logged_in() -> RedirectResponse:
+    def logged_in(request: Request) -> RedirectResponse:
+        sessions.close(request.cookies.get(SESSION_COOKIE, ""))  # a new login ends the old
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(SESSION_COOKIE, sessions.open(), max_age=SESSION_S, path="/",
                             httponly=True, samesite="strict")
@@ -172,9 +173,9 @@ def add_pages(app: FastAPI, sessions: Sessions, token: str, event_names: Iterabl
         return _page(index.replace("{{csrf}}", html.escape(csrf)))
 
     @app.get("/login", include_in_schema=False)
-    async def one_time(once: str = "") -> Response:
+    async def one_time(request: Request, once: str = "") -> Response:
         if once and sessions.redeem(once):
-            return logged_in()
+            return logged_in(request)
         return login_page("This login link was used already or has expired: ask "
                           "`gliding dashboard` for another one, or log in with the token.", 401)
 
@@ -197,7 +198,7 @@ def add_pages(app: FastAPI, sessions: Sessions, token: str, event_names: Iterabl
         sent = (form.get("token") or [""])[0].strip().encode("utf-8", "replace")
         if not hmac.compare_digest(sent, expected):
             return login_page("Wrong token: use the one in <data_dir>/daemon.token.", 401)
-        return logged_in()
+        return logged_in(request)
 
     @app.post("/logout", status_code=204, summary="End the dashboard's session",
               responses={403: {"description": "Without the session's CSRF header"}})

@@ -239,3 +239,40 @@ def test_turn_events_measure_the_prompt_and_the_board_is_a_graph(tmp_path: Path)
         assert bad.status_code == 400
 
     run(tmp_path, test)
+
+
+def test_a_session_cannot_renew_itself_and_a_new_login_ends_the_old_one(tmp_path: Path) -> None:
+    async def test(client: httpx.AsyncClient, service: JobService, tmp: Path) -> None:
+        csrf = await log_in(client)
+        old = client.cookies.get(SESSION_COOKIE)
+        renewed = await client.post("/v1/dashboard/links", headers={CSRF_HEADER: csrf})
+        assert renewed.status_code == 401 and "needs the daemon's token" in renewed.text
+        assert (await client.post("/v1/dashboard/links", headers=AUTH)).status_code == 201
+        await log_in(client)  # again, in the same browser
+        assert client.cookies.get(SESSION_COOKIE) != old
+        client.cookies.clear()
+        stale = await client.get("/v1/jobs", headers={"Cookie": f"{SESSION_COOKIE}={old}"})
+        assert stale.status_code == 401
+
+    run(tmp_path, test)
+
+
+def test_a_500_carries_the_security_headers_too(tmp_path: Path) -> None:
+    from gliding.daemon.api import served_app
+
+    async def main() -> None:
+        async with serving(tmp_path) as service:
+            async def broken(job: str) -> dict:
+                raise RuntimeError("a bug")
+
+            service.status = broken  # type: ignore[method-assign]
+            app = await anyio.to_thread.run_sync(served_app, service, TOKEN)
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport,
+                                         base_url="http://127.0.0.1:8765") as client:
+                answer = await client.get("/v1/jobs/20260101-000000-aaaaaa", headers=AUTH)
+            assert answer.status_code == 500
+            assert answer.headers["content-security-policy"] == CSP
+            assert answer.headers["x-content-type-options"] == "nosniff"
+
+    anyio.run(main)

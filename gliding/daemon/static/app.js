@@ -7,6 +7,7 @@
 (() => {
   const SVG = "http://www.w3.org/2000/svg";  // a namespace name, not a request
   const CSRF_HEADER = "X-Gliding-CSRF";
+  const MAX_EVENTS = 500;  // the newest events the list keeps (a chatty job stays readable)
   const TERMINAL = new Set(["job.finished", "job.cancelled", "job.stopped", "job.paused"]);
   const ENDED = new Set(["finished", "cancelled", "interrupted", "paused"]);
   const csrf = meta("gliding-csrf");
@@ -21,6 +22,13 @@
   }
 
   function $(id) { return document.getElementById(id); }
+
+  // controls, and characters that reorder or hide text (bidi overrides, zero-width), shown as
+  // \uXXXX: a call waiting for approval must read as the bytes that will run
+  const HIDING = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g;
+  function visible(text) {
+    return String(text).replace(HIDING, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  }
 
   function el(tag, className, text) {
     const node = document.createElement(tag);
@@ -225,6 +233,7 @@
   function onEvent(record) {
     current.lastSeq = Math.max(current.lastSeq, record.seq || 0);
     const data = record.data || {};
+    if (record.event === "model.delta") return;  // streamed text: the turn's line follows
     const item = el("li");
     item.dataset.event = record.event;
     item.append(el("span", "seq", `#${record.seq} ${fmtTime(record.at)} `), el("span", "name", record.event), document.createTextNode(" "));
@@ -236,6 +245,7 @@
       item.append(read);
     }
     $("events").append(item);
+    while ($("events").children.length > MAX_EVENTS) $("events").firstChild.remove();
     $("events-count").textContent = `(${$("events").children.length})`;
     const box = $("events");
     box.scrollTop = box.scrollHeight;
@@ -400,8 +410,8 @@
     for (const a of waiting) {
       const item = el("div", "approval");
       item.dataset.approval = a.approval;
-      item.append(el("div", "", `${a.role} (${a.session}, turn ${a.turn ?? "–"}) asks to run ${a.tool}: ${a.reason}`));
-      item.append(el("pre", "arguments", JSON.stringify(a.arguments, null, 2)));
+      item.append(el("div", "", visible(`${a.role} (${a.session}, turn ${a.turn ?? "–"}) asks to run ${a.tool}: ${a.reason}`)));
+      item.append(el("pre", "arguments", visible(JSON.stringify(a.arguments, null, 2))));
       item.append(el("div", "digest", `sha256 ${a.digest}`));
       if (a.deadline) item.append(el("div", "muted", `denied unless answered by ${fmtTime(a.deadline)}`));
       const note = el("input");
@@ -474,7 +484,9 @@
     const degree = new Map();
     for (const e of graph.edges) for (const end of [e.source, e.target]) degree.set(end, (degree.get(end) || 0) + 1);
     // in the middle: the node asked for, else the best connected one (the job, usually)
-    const center = graph.node || nodes.reduce((a, b) => ((degree.get(b.iri) || 0) > (degree.get(a.iri) || 0) ? b : a)).iri;
+    // around the node asked for; else the job's own node; else the one with most edges
+    const job = nodes.find((n) => n.type === "Job");
+    const center = graph.node || (job ? job.iri : nodes.reduce((a, b) => ((degree.get(b.iri) || 0) > (degree.get(a.iri) || 0) ? b : a)).iri);
     const ring = nodes.filter((n) => n.iri !== center);
     place.set(center, [cx, cy]);
     ring.forEach((n, k) => {
