@@ -687,20 +687,25 @@ class JobService:
                       error: GlidingError | None) -> None:
         """Record how the run ended: in the queue, the archive (a stop) and the events."""
         job, now = active.entry.job, self._now()
+        reason = active.reason
+        if reason == "pause" and handle is None:
+            try:
+                await self._end(job, Unsettled(q.PAUSED, now, error=PAUSED_BY, stop=PAUSED_BY))
+            except JobStateError:  # a cancel came while the pause took (cancelling): it wins
+                reason = "cancel"
         if handle is not None:
             outcome = handle.report.outcome if handle.report else handle.finished_before
             await self._end(job, Unsettled(q.FINISHED, now, outcome=outcome))
             if handle.report is None:  # resumed a job that had finished: say so
                 await self.events_log.emit(job, events.JobFinished(outcome=outcome))
-        elif active.reason == "cancel":
+        elif reason == "cancel":
             await self._end(job, Unsettled(q.CANCELLED, now, error="cancelled while it ran"))
             await anyio.to_thread.run_sync(_record_stop, self.data_dir, job, CANCELLED_BY)
             await self.events_log.emit(job, events.JobCancelled(ran=True))
-        elif active.reason == "pause":
-            await self._end(job, Unsettled(q.PAUSED, now, error=PAUSED_BY, stop=PAUSED_BY))
+        elif reason == "pause":  # paused in the queue above
             await anyio.to_thread.run_sync(_record_stop, self.data_dir, job, PAUSED_BY)
             await self.events_log.emit(job, events.JobPaused(reason=PAUSED_BY))
-        elif active.reason == "shutdown":
+        elif reason == "shutdown":
             await anyio.to_thread.run_sync(_record_stop, self.data_dir, job, SUSPENDED_BY)
             await self.events_log.emit(job, events.JobSuspended(reason="the daemon stopped"))
             return  # queue state stays running: the next start resumes it
