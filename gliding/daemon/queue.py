@@ -199,19 +199,8 @@ class JobQueue:
         with self._lock:
             self._db.close()
 
-    @contextlib.contextmanager
-    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._db
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                raise ArchiveError(f"the job queue cannot {what}: {exc}") from exc
+    def _transaction(self, what: str) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return immediate(self._db, self._lock, f"the job queue cannot {what}")
 
     def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[QueuedJob]:
         with self._lock:
@@ -336,6 +325,25 @@ def _check(db: sqlite3.Connection, path: Path) -> None:
         raise QueueDamaged(f"the job queue {path} is damaged or not a queue: its jobs table "
                            f"has no {', '.join(missing)}",
                            hint="move it away; the jobs' archives keep their data")
+
+
+@contextlib.contextmanager
+def immediate(db: sqlite3.Connection, lock: threading.Lock, failing: str
+              ) -> Iterator[sqlite3.Connection]:
+    """One ``BEGIN IMMEDIATE`` transaction on ``db`` under ``lock``, rolled back on any
+    exception; a SQLite error comes out as ArchiveError("<failing>: <error>") (the daemon's
+    queue and schedules files both write this way)."""
+    with lock:
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise ArchiveError(f"{failing}: {exc}") from exc
 
 
 def _rebuild(db: sqlite3.Connection) -> None:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gliding.daemon.queue import immediate
 from gliding.daemon.schedule import Schedule, ScheduleExists
 from gliding.errors import ArchiveError, NotFoundError
 
@@ -100,19 +100,8 @@ class ScheduleStore:
         with self._lock:
             self._db.close()
 
-    @contextlib.contextmanager
-    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._db
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                raise ArchiveError(f"the daemon's schedules cannot {what}: {exc}") from exc
+    def _transaction(self, what: str) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return immediate(self._db, self._lock, f"the daemon's schedules cannot {what}")
 
     def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[Schedule]:
         with self._lock:
