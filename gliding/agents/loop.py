@@ -295,14 +295,14 @@ async def run_agent(env: AgentEnv, assignment: str) -> AgentResult:
                 and len(ran) >= role.finish_min_calls)
             loaded = [t.spec() for t in toolset.tools if env.toolset.get(t.name) is None]
             iri = str(turn_iri(env.job, name, n))
+            replaying = ((env.steering is not None or env.hooks is not None)
+                         and await env.archive.find(iri) is not None)
             # a replayed turn's reply is archived: it shows only the steers it was answered
             # with; a new one waits for the next call the model really answers
-            steered = (await _steer(env, engine, name, n, shown,
-                                    replay=await env.archive.find(iri) is not None)
+            steered = (await _steer(env, engine, name, n, shown, replay=replaying)
                        if env.steering is not None else [])
             # a replayed turn's compaction ran its hooks the first time
-            hooked = (env.hooks is not None and engine.due()
-                      and await env.archive.find(iri) is None)
+            hooked = env.hooks is not None and engine.due() and not replaying
             if hooked and env.hooks is not None:
                 await env.hooks.compaction("before_compaction", role=role.name, session=name,
                                            turn=n, compactions=engine.stats.compactions)
